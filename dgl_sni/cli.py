@@ -1,0 +1,235 @@
+"""``dgl-sni``: partition graphs, train full-graph on a local cluster, launch DistDGL scripts.
+
+Subcommands:
+
+* ``partition`` -- a dataset into DGL's partition format (METIS or random);
+* ``train`` -- partition, start an emulated cluster, train, write metrics;
+* ``launch`` -- run any DistDGL trainer script on the emulated cluster;
+* ``cleanup`` -- remove namespaces left behind by killed runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
+from .config import add_train_arguments, from_args
+from .data import FEATURE_NORMS, DatasetError, load_dataset
+from .partition import METHODS, partition
+
+
+def _fail(message: str, code: int = 2) -> int:
+    print(f"dgl-sni: error: {message}", file=sys.stderr)
+    return code
+
+
+def _cluster_mode(requested: str, workers: int) -> str:
+    if requested != "auto":
+        return requested
+    ok, why = netns_available()
+    if ok:
+        return "netns"
+    if workers == 1:
+        return "loopback"
+    raise ClusterError(f"{why}; run as root, or use --workers 1 (loopback)")
+
+
+# ----------------------------------------------------------------------------- partition
+
+def cmd_partition(ns) -> int:
+    data = load_dataset(ns.dataset, ns.data_dir, num_nodes=ns.nodes, avg_degree=ns.avg_degree,
+                        num_classes=ns.classes, feat_dim=ns.feat_dim, seed=ns.data_seed
+                        ).with_feature_norm(ns.feature_norm)
+    config = partition(data, ns.parts, ns.out, method=ns.method, graph_name=ns.graph_name,
+                       quiet=not ns.verbose)
+    with open(os.path.join(ns.out, "sni_meta.json")) as fh:
+        meta = json.load(fh)
+    print(f"{config}: {ns.parts} parts ({ns.method}), edge cut {meta['edge_cut']:.3f}, "
+          f"alpha {meta['alpha']:.2f}, balance {meta['balance']:.3f}, {meta['seconds']:.1f} s")
+    return 0
+
+
+# ----------------------------------------------------------------------------- train
+
+class _ProgressTail:
+    """Follows rank 0's progress file and draws one tqdm line per run."""
+
+    def __init__(self, path: str, epochs: int, quiet: bool):
+        self.path, self.offset, self.summary = path, 0, None
+        self.bar = None
+        if not quiet:
+            from tqdm import tqdm
+            self.bar = tqdm(total=epochs, desc="starting cluster", unit="epoch", file=sys.stderr)
+
+    def poll(self) -> None:
+        if not os.path.exists(self.path):
+            return
+        with open(self.path) as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete = chunk[: chunk.rfind("\n") + 1]
+        self.offset += len(complete.encode())
+        for line in complete.splitlines():
+            event = json.loads(line)
+            if event["event"] == "starting" and self.bar is not None:
+                self.bar.set_description("loading partitions")
+            elif event["event"] == "epoch" and self.bar is not None:
+                self.bar.set_description(event["mode"])
+                post = dict(loss=f"{event['loss']:.4f}")
+                if "val_acc" in event:
+                    post["val"] = f"{event['val_acc']:.3f}"
+                self.bar.set_postfix(post)
+                self.bar.update(1)
+            elif event["event"] == "done":
+                self.summary = event["summary"]
+
+    def close(self) -> None:
+        self.poll()
+        if self.bar is not None:
+            self.bar.close()
+
+
+def cmd_train(ns) -> int:
+    cfg = from_args(ns)
+    mode = _cluster_mode(cfg.cluster, cfg.workers)
+    data = load_dataset(cfg.dataset, cfg.data_dir, **cfg.synthetic_args()).with_feature_norm(cfg.feature_norm)
+    if cfg.workers > data.num_nodes:
+        raise DatasetError(f"--workers {cfg.workers} exceeds the {data.num_nodes} nodes of the graph")
+    keep = cfg.run_dir is not None
+    run_dir = os.path.abspath(cfg.run_dir) if keep else tempfile.mkdtemp(prefix="dgl-sni-run-")
+    try:
+        os.makedirs(run_dir, exist_ok=True)
+        part_config = partition(data, cfg.workers, os.path.join(run_dir, "parts"),
+                                method=cfg.partition, graph_name="graph")
+        del data
+        if cfg.metrics:
+            cfg.metrics = os.path.abspath(cfg.metrics)
+        if cfg.checkpoint_dir:
+            cfg.checkpoint_dir = os.path.abspath(cfg.checkpoint_dir)
+        progress_path = os.path.join(run_dir, "progress.jsonl")
+        if os.path.exists(progress_path):
+            os.remove(progress_path)
+        worker = python_cmd("dgl_sni.worker", *cfg.to_argv(), "--part-config", part_config,
+                            "--ip-config", os.path.join(run_dir, "ip_config.txt"),
+                            "--progress", progress_path)
+        tail = _ProgressTail(progress_path, cfg.epochs, cfg.quiet)
+        try:
+            with LocalCluster(cfg.workers, run_dir, mode=mode, bandwidth=cfg.bandwidth,
+                              port=cfg.port, master_port=cfg.master_port,
+                              omp_threads=cfg.threads) as cluster:
+                cluster.start_servers(worker, part_config)
+                cluster.start_trainers(worker, part_config)
+                cluster.wait(on_poll=tail.poll, timeout=cfg.timeout)
+        finally:
+            tail.close()
+        s = tail.summary or {}
+        if s:
+            print(f"best val acc {s['best_val_acc']:.4f} (epoch {s['best_epoch']}), test acc "
+                  f"there {s['test_acc_at_best_val']:.4f}; {s['total_time_s']:.2f} s training, "
+                  f"{s['total_bytes'] / 2**20:.1f} MiB exchanged, peak trainer RSS "
+                  f"{s['peak_rss_mb']:.0f} MiB" + (f"; metrics in {cfg.metrics}" if cfg.metrics else ""))
+        return 0
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- launch
+
+def cmd_launch(ns) -> int:
+    command = list(ns.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        return _fail("launch needs a command after '--', e.g. -- python3 train.py")
+    if not os.path.exists(ns.part_config):
+        return _fail(f"--part-config {ns.part_config} does not exist")
+    mode = _cluster_mode(ns.cluster, ns.workers)
+    with open(ns.part_config) as fh:
+        parts = json.load(fh)["num_parts"]
+    if parts != ns.workers:
+        return _fail(f"{ns.part_config} has {parts} partitions but --workers is {ns.workers}")
+    keep = ns.run_dir is not None
+    run_dir = os.path.abspath(ns.run_dir) if keep else tempfile.mkdtemp(prefix="dgl-sni-launch-")
+    part_config = os.path.abspath(ns.part_config)
+    try:
+        with LocalCluster(ns.workers, run_dir, mode=mode, bandwidth=ns.bandwidth, port=ns.port,
+                          master_port=ns.master_port, omp_threads=ns.threads) as cluster:
+            subst = dict(ip_config=cluster.ip_config, part_config=part_config)
+            command = [arg.format(**subst) if "{" in arg else arg for arg in command]
+            cluster.start_servers(command, part_config)
+            cluster.start_trainers(command, part_config, log=False)
+            cluster.wait(timeout=ns.timeout)
+        return 0
+    finally:
+        if not keep:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def cmd_cleanup(ns) -> int:
+    removed = cleanup_stale_namespaces()
+    print(f"removed {len(removed)} stale namespace(s)" + (": " + " ".join(removed) if removed else ""))
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dgl-sni", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    p = sub.add_parser("partition", help="partition a dataset into DGL's format")
+    p.add_argument("--dataset", default="synthetic")
+    p.add_argument("--data-dir", default=None)
+    p.add_argument("--nodes", type=int, default=20000)
+    p.add_argument("--avg-degree", type=float, default=10.0)
+    p.add_argument("--classes", type=int, default=8)
+    p.add_argument("--feat-dim", type=int, default=64)
+    p.add_argument("--data-seed", type=int, default=0)
+    p.add_argument("--feature-norm", default="auto", choices=FEATURE_NORMS)
+    p.add_argument("--parts", type=int, required=True)
+    p.add_argument("--method", default="metis", choices=METHODS)
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--graph-name", default=None)
+    p.add_argument("--verbose", action="store_true", help="show DGL's partitioning log")
+    p.set_defaults(func=cmd_partition)
+
+    p = sub.add_parser("train", help="full-graph training on an emulated cluster")
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("launch", help="run a DistDGL script on the emulated cluster")
+    p.add_argument("--workers", type=int, required=True)
+    p.add_argument("--part-config", required=True)
+    p.add_argument("--bandwidth", default=None)
+    p.add_argument("--cluster", default="auto", choices=("auto", "netns", "loopback"))
+    p.add_argument("--port", type=int, default=30050)
+    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--timeout", type=float, default=None)
+    p.add_argument("--run-dir", default=None, help="keep ip_config and server logs here")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- python3 SCRIPT.py ARGS ({ip_config} and {part_config} are filled in)")
+    p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("cleanup", help="remove namespaces left by killed runs")
+    p.set_defaults(func=cmd_cleanup)
+    return parser
+
+
+def main(argv=None) -> int:
+    ns = build_parser().parse_args(argv)
+    try:
+        return ns.func(ns)
+    except KeyboardInterrupt:
+        return _fail("interrupted; the cluster was torn down", 130)
+    except (DatasetError, ClusterError, ValueError, FileNotFoundError) as err:
+        return _fail(str(err))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

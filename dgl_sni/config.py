@@ -1,0 +1,164 @@
+"""Run configuration: one dataclass, its command-line flags, and validation.
+
+``dgl-sni train`` parses the flags into a :class:`TrainConfig`, validates it, and
+hands the same flags to every trainer (``dgl_sni.worker``), which parses them again;
+under DGL's own launch tool the worker is started with the flags directly.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields
+
+from .cluster import validate_rate
+from .data import FEATURE_NORMS
+from .models import MODEL_NAMES
+from .partition import METHODS
+from .trainer import ModelConfig
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run (written to the metrics JSON as ``config``)."""
+
+    # data
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    nodes: int = 20000
+    avg_degree: float = 10.0
+    classes: int = 8
+    feat_dim: int = 64
+    data_seed: int = 0
+    feature_norm: str = "auto"
+    # cluster
+    workers: int = 2
+    partition: str = "metis"
+    bandwidth: str | None = None
+    cluster: str = "auto"
+    port: int = 30050
+    master_port: int = 29500
+    threads: int | None = None
+    timeout: float | None = None
+    run_dir: str | None = None
+    # model and optimiser
+    model: str = "gcn"
+    layers: int = 2
+    hidden: int = 16
+    heads: int = 4
+    epochs: int = 100
+    lr: float = 0.01
+    dropout: float = 0.5
+    weight_decay: float = 5e-4
+    seed: int = 0
+    eval_every: int = 1
+    # output
+    quiet: bool = False
+    metrics: str | None = None
+    checkpoint_dir: str | None = None
+    checkpoint_every: int = 1
+
+    def model_config(self) -> ModelConfig:
+        return ModelConfig(model=self.model, layers=self.layers, hidden=self.hidden,
+                           heads=self.heads, dropout=self.dropout, lr=self.lr,
+                           weight_decay=self.weight_decay, seed=self.seed)
+
+    def synthetic_args(self) -> dict:
+        return dict(num_nodes=self.nodes, avg_degree=self.avg_degree, num_classes=self.classes,
+                    feat_dim=self.feat_dim, seed=self.data_seed)
+
+    def validate(self) -> "TrainConfig":
+        """Raise ``ValueError`` naming the first bad setting."""
+        checks = [
+            (self.workers >= 1, f"--workers must be at least 1, got {self.workers}"),
+            (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
+            (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
+            (self.heads >= 1, f"--heads must be at least 1, got {self.heads}"),
+            (self.epochs >= 1, f"--epochs must be at least 1, got {self.epochs}"),
+            (self.lr > 0, f"--lr must be positive, got {self.lr}"),
+            (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
+            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
+            (self.checkpoint_every >= 1, f"--checkpoint-every must be at least 1, got {self.checkpoint_every}"),
+            (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
+            (self.model in MODEL_NAMES, f"--model must be one of {', '.join(MODEL_NAMES)}"),
+            (self.partition in METHODS, f"--partition must be one of {', '.join(METHODS)}"),
+            (self.cluster in ("auto", "netns", "loopback"), "--cluster must be auto, netns or loopback"),
+            (self.timeout is None or self.timeout > 0, "--timeout must be positive"),
+            (self.threads is None or self.threads >= 1, "--threads must be at least 1"),
+            (self.port != self.master_port,
+             f"--port and --master-port are both {self.port}: the DGL server and the "
+             "torch.distributed store would collide on machine 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if self.bandwidth:
+            self.bandwidth = validate_rate(self.bandwidth)
+        return self
+
+    def to_argv(self) -> list:
+        """Flags that make :func:`from_args` rebuild this config."""
+        argv = []
+        for f in fields(self):
+            value = getattr(self, f.name)
+            flag = "--" + f.name.replace("_", "-")
+            if isinstance(value, bool):
+                if value:
+                    argv.append(flag)
+            elif value is not None:
+                argv += [flag, str(value)]
+        return argv
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``dgl-sni train`` (and of the trainer processes)."""
+    d = TrainConfig()
+    g = parser.add_argument_group("data")
+    g.add_argument("--dataset", default=d.dataset,
+                   help="synthetic, cora, citeseer, a .npz file or a DGL .bin graph file")
+    g.add_argument("--data-dir", default=d.data_dir, help="folder holding cora.npz/citeseer.npz")
+    g.add_argument("--nodes", type=int, default=d.nodes, help="synthetic: number of nodes")
+    g.add_argument("--avg-degree", type=float, default=d.avg_degree,
+                   help="synthetic: directed edges per node")
+    g.add_argument("--classes", type=int, default=d.classes, help="synthetic: number of classes")
+    g.add_argument("--feat-dim", type=int, default=d.feat_dim, help="synthetic: feature width")
+    g.add_argument("--data-seed", type=int, default=d.data_seed, help="synthetic: graph seed")
+    g.add_argument("--feature-norm", default=d.feature_norm, choices=FEATURE_NORMS,
+                   help="row-normalise features; auto: when all are non-negative (bag of words)")
+    g = parser.add_argument_group("cluster")
+    g.add_argument("--workers", type=int, default=d.workers, help="emulated machines (1 trainer each)")
+    g.add_argument("--partition", default=d.partition, choices=METHODS)
+    g.add_argument("--bandwidth", default=d.bandwidth, help="shape each machine's link, e.g. 1gbit")
+    g.add_argument("--cluster", default=d.cluster, choices=("auto", "netns", "loopback"),
+                   help="netns: one network+mount namespace per machine (root); loopback: "
+                        "1 machine on 127.0.0.1; auto: netns when root")
+    g.add_argument("--port", type=int, default=d.port, help="DGL server port on every machine")
+    g.add_argument("--master-port", type=int, default=d.master_port,
+                   help="torch.distributed store port on machine 0")
+    g.add_argument("--threads", type=int, default=d.threads, help="OMP threads per trainer")
+    g.add_argument("--timeout", type=float, default=d.timeout, help="give up after this many seconds")
+    g.add_argument("--run-dir", default=d.run_dir, help="keep partitions and logs here")
+    g = parser.add_argument_group("model")
+    g.add_argument("--model", default=d.model, choices=MODEL_NAMES)
+    g.add_argument("--layers", type=int, default=d.layers)
+    g.add_argument("--hidden", type=int, default=d.hidden)
+    g.add_argument("--heads", type=int, default=d.heads, help="GAT heads in hidden layers")
+    g.add_argument("--epochs", type=int, default=d.epochs)
+    g.add_argument("--lr", type=float, default=d.lr)
+    g.add_argument("--dropout", type=float, default=d.dropout)
+    g.add_argument("--weight-decay", type=float, default=d.weight_decay)
+    g.add_argument("--seed", type=int, default=d.seed, help="weights and dropout seed")
+    g.add_argument("--eval-every", type=int, default=d.eval_every)
+    g = parser.add_argument_group("output")
+    g.add_argument("--quiet", action="store_true", help="no progress line")
+    g.add_argument("--metrics", default=d.metrics, help="write the metrics JSON here")
+    g.add_argument("--checkpoint-dir", default=d.checkpoint_dir,
+                   help="rank 0 saves weights and optimizer state here (epoch_N.pt)")
+    g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
+                   help="save a checkpoint every N epochs")
+
+
+def from_args(ns: argparse.Namespace) -> TrainConfig:
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in vars(ns).items() if k in names}).validate()

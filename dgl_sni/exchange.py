@@ -1,0 +1,129 @@
+"""Halo exchange through DistDGL's KVStore: pull embeddings forward, push gradients back.
+
+For every hidden layer ``l`` the exchange owns two ``DistTensor`` objects sharded like
+the graph's nodes: ``sni_h{l}`` (embeddings) and ``sni_g{l}`` (gradients, with a push
+handler that accumulates). Forward: a trainer writes its owned rows into its local
+shard of ``sni_h{l}`` (shared memory, no network), all trainers meet at a barrier, and
+each pulls its halo rows. Backward: each pushes the gradients of its halo rows to
+their owners' ``sni_g{l}`` shards, makes sure its owners have applied them (a one-row
+pull from every owner it pushed to: a server handles one client's requests in order),
+all meet at a barrier, and each adds its local shard to the gradient of its owned rows
+and zeroes the shard for the next epoch.
+"""
+from __future__ import annotations
+
+import torch
+
+import dgl_sni  # noqa: F401
+from dgl.distributed import DistTensor
+from dgl.distributed.kvstore import get_kvstore
+
+from .metrics import Counters
+
+
+def accumulate_push_handler(data_store, name, local_offset, data):
+    """DGL push handler: add pushed rows instead of overwriting them (runs in the server)."""
+    data_store[name].index_add_(0, local_offset, data.to(data_store[name].dtype))
+
+
+class HaloExchange:
+    """Moves one trainer's halo rows for every hidden layer; called by the model as ``exchange``.
+
+    ``owned_gids``: global (DGL-reshuffled) ids of the trainer's owned nodes, in block
+    row order; ``halo_gids``: ids of its halo nodes, in block row order after them.
+    ``dims``: the width of the rows exchanged before layers ``1..L-1``. Creating it is
+    collective (every trainer must construct one with the same dims).
+    """
+
+    def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor, dims: list,
+                 collective, counters: Counters, name: str = "sni"):
+        self.graph, self.collective, self.counters = graph, collective, counters
+        self.kv = get_kvstore()
+        self.num_owned = int(owned_gids.numel())
+        self.halo_gids = halo_gids.to(torch.int64)
+        policy = graph.get_node_partition_policy("_N")
+        self.policy = policy
+        local = policy.to_local(owned_gids.to(torch.int64))
+        contiguous = bool(torch.equal(local, torch.arange(local.numel(), dtype=local.dtype)))
+        self._owned_local = None if contiguous else local
+        owners = policy.to_partid(self.halo_gids) if self.halo_gids.numel() else torch.empty(0, dtype=torch.int64)
+        self.owner_machines = torch.unique(owners).tolist()
+        # one representative row per remote owner, pulled after pushes to flush them
+        self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
+            if self.owner_machines else torch.empty(0, dtype=torch.int64)
+        n = graph.num_nodes()
+        self.emb, self.grad = {}, {}
+        for layer, dim in enumerate(dims, start=1):
+            self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                         part_policy=policy)
+            self.grad[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_g{layer}",
+                                          part_policy=policy)
+            self.kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)
+
+    # -------------------------------------------------------------- row movement
+    def _write_owned(self, shard: torch.Tensor, rows: torch.Tensor) -> None:
+        if self._owned_local is None:
+            shard[: self.num_owned] = rows
+        else:
+            shard[self._owned_local] = rows
+
+    def _read_owned(self, shard: torch.Tensor) -> torch.Tensor:
+        if self._owned_local is None:
+            return shard[: self.num_owned]
+        return shard[self._owned_local]
+
+    def pull_rows(self, tensor: DistTensor, ids: torch.Tensor) -> torch.Tensor:
+        """Pull rows of any DistTensor, counting payload bytes and time."""
+        with self.counters.timing("comm_s"):
+            rows = tensor[ids]
+        self.counters.bytes_recv += rows.numel() * rows.element_size()
+        self.counters.add("pulled_rows", int(ids.numel()))
+        return rows
+
+    def forward_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        """Publish owned rows of layer ``layer``'s input and return the halo rows."""
+        self._write_owned(self.emb[layer].local_partition, owned.detach())
+        self.collective.barrier()
+        if self.halo_gids.numel() == 0:
+            return owned.new_zeros((0, owned.shape[1]))
+        return self.pull_rows(self.emb[layer], self.halo_gids)
+
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
+        """Send halo gradients to their owners; return the gradient others sent for owned rows."""
+        grad_tensor = self.grad[layer]
+        if self.halo_gids.numel():
+            grad_halo = grad_halo.contiguous()
+            with self.counters.timing("comm_s"):
+                self.kv.push(grad_tensor.kvstore_key, self.halo_gids, grad_halo)
+                grad_tensor[self._flush_ids]  # ordered after the pushes on each owner
+            self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
+            self.counters.add("pushed_rows", int(self.halo_gids.numel()))
+        self.collective.barrier()
+        shard = grad_tensor.local_partition
+        received = self._read_owned(shard).clone()
+        if self._owned_local is None:
+            shard[: self.num_owned] = 0
+        else:
+            shard[self._owned_local] = 0
+        return received
+
+    def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        return _ExchangeFunction.apply(owned, self, layer)
+
+
+class _ExchangeFunction(torch.autograd.Function):
+    """Autograd node: ``[owned; halo] = exchange(owned)``; backward pushes halo gradients."""
+
+    @staticmethod
+    def forward(ctx, owned, exchange: HaloExchange, layer: int):
+        ctx.exchange, ctx.layer = exchange, layer
+        halo = exchange.forward_rows(layer, owned)
+        return torch.cat((owned, halo), 0)
+
+    @staticmethod
+    def backward(ctx, grad_src):
+        ex = ctx.exchange
+        grad_owned = grad_src[: ex.num_owned]
+        received = ex.backward_rows(ctx.layer, grad_src[ex.num_owned:])
+        return grad_owned + received, None, None
+

@@ -1,0 +1,123 @@
+"""Per-epoch counters and the metrics JSON.
+
+:class:`Counters` is the one mutable record that the exchange (bytes, communication
+time) and the collective (barrier / all-reduce wait) add to while an epoch runs; the
+trainer snapshots and resets it once per epoch. :func:`merge_epoch` folds the
+per-worker snapshots into the epoch object written to ``--metrics``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+COUNTER_KEYS = ("comm_s", "sync_s", "bytes_sent", "bytes_recv")
+
+
+@dataclass
+class Counters:
+    """What one worker spent on communication during the current epoch."""
+
+    comm_s: float = 0.0
+    sync_s: float = 0.0
+    bytes_sent: int = 0
+    bytes_recv: int = 0
+    extra: dict = field(default_factory=dict)
+
+    @contextmanager
+    def timing(self, key: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            setattr(self, key, getattr(self, key) + time.perf_counter() - start)
+
+    def add(self, key: str, value) -> None:
+        """Add to a named extra counter (e.g. ``pulled_rows``)."""
+        self.extra[key] = self.extra.get(key, 0) + value
+
+    def snapshot_and_reset(self) -> dict:
+        out = {k: getattr(self, k) for k in COUNTER_KEYS}
+        out.update(self.extra)
+        self.comm_s = self.sync_s = 0.0
+        self.bytes_sent = self.bytes_recv = 0
+        self.extra = {}
+        return out
+
+
+def peak_rss_mb() -> float:
+    """Largest resident set of this process so far, in MiB.
+
+    Read from ``VmHWM`` (peak of this process image). ``ru_maxrss`` is not used on
+    Linux: it survives ``exec`` and would report a large launcher's peak.
+    """
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+SUMMED = ("bytes_sent", "bytes_recv")
+MAXED = ("time_s", "comm_s", "sync_s", "comp_s")
+
+
+def merge_epoch(per_worker: list) -> dict:
+    """Combine the workers' records of one epoch.
+
+    Global values (loss, accuracies, mode) are identical on every worker and taken from
+    the first; byte counts and other integer counters are summed over workers; times are
+    the slowest worker's (the epoch ends when the last one does). Each worker's own
+    record is kept under ``workers``.
+    """
+    first = per_worker[0]
+    out = {k: v for k, v in first.items() if k not in SUMMED + MAXED}
+    for key in first:
+        if key in SUMMED or (key not in MAXED and isinstance(first[key], int)
+                             and key not in ("epoch",)):
+            out[key] = sum(w.get(key, 0) for w in per_worker)
+    for key in MAXED:
+        if key in first:
+            out[key] = max(w[key] for w in per_worker)
+    out["workers"] = [{k: w[k] for k in w if k in SUMMED + MAXED or k.endswith("_rows")}
+                      for w in per_worker]
+    return out
+
+
+def summarize(epochs: list, peak_rss: list) -> dict:
+    """The ``summary`` object: best validation epoch, totals, largest trainer RSS."""
+    best = max(epochs, key=lambda e: (e.get("val_acc", -1.0), -e["epoch"])) if epochs else {}
+    return dict(
+        best_val_acc=best.get("val_acc"),
+        test_acc_at_best_val=best.get("test_acc"),
+        best_epoch=best.get("epoch"),
+        total_time_s=sum(e["time_s"] for e in epochs),
+        total_bytes=sum(e["bytes_sent"] + e["bytes_recv"] for e in epochs),
+        peak_rss_mb=max(peak_rss) if peak_rss else None,
+        epochs=len(epochs),
+    )
+
+
+def write_metrics(path: str, config: dict, epochs: list, summary: dict, **extra) -> None:
+    """Write the metrics JSON atomically (a crash never leaves half a file)."""
+    doc = dict(config=config, epochs=epochs, summary=summary, **extra)
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(doc, fh, indent=1, default=_json_default)
+    os.replace(tmp, path)
+
+
+def _json_default(obj):
+    if hasattr(obj, "item"):
+        return obj.item()
+    if hasattr(obj, "__dataclass_fields__"):
+        return asdict(obj)
+    raise TypeError(f"cannot write {type(obj).__name__} to JSON")

@@ -1,0 +1,191 @@
+"""Full-graph GNN layers and models over a :class:`~dgl_sni.block.GraphBlock`.
+
+A layer maps source rows to destination rows (``layer(block, h_src) -> h_dst``); the
+model is a stack of layers plus the places where the caller must supply source rows
+for the next layer (``exchange``). The same model object runs in the single-process
+reference (the block spans the whole graph, ``exchange`` is the identity) and in a
+distributed trainer (``exchange`` writes the owned rows and pulls the halo rows).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import dgl_sni  # noqa: F401
+import dgl.ops as dops
+from dgl.nn.functional import edge_softmax
+
+from .block import GraphBlock
+from .dropout import derive_seed, keyed_dropout
+
+MODEL_NAMES = ("gcn", "sage", "gat")
+
+
+class GCNLayer(nn.Module):
+    """Kipf & Welling convolution, ``D^-1/2 (A + I) D^-1/2 H W``, over global degrees."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(in_dim, out_dim))
+        self.bias = nn.Parameter(torch.zeros(out_dim))
+        nn.init.xavier_uniform_(self.weight)
+
+    @property
+    def out_dim(self) -> int:
+        return self.weight.shape[1]
+
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+        if self.weight.shape[0] > self.weight.shape[1]:
+            # project first; scaling rows commutes with it and is cheaper on narrow rows
+            h = dops.copy_u_sum(block.graph, (h_src @ self.weight) * block.src_norm)
+        else:
+            h = dops.copy_u_sum(block.graph, h_src * block.src_norm) @ self.weight
+        return h * block.dst_norm + self.bias
+
+
+class SAGELayer(nn.Module):
+    """GraphSAGE with mean aggregation: ``W_self h_v + W_neigh mean(h_u)``."""
+
+    def __init__(self, in_dim: int, out_dim: int):
+        super().__init__()
+        self.fc_self = nn.Linear(in_dim, out_dim, bias=True)
+        self.fc_neigh = nn.Linear(in_dim, out_dim, bias=False)
+        gain = nn.init.calculate_gain("relu")
+        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
+        nn.init.zeros_(self.fc_self.bias)
+
+    @property
+    def out_dim(self) -> int:
+        return self.fc_self.out_features
+
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+        h_dst = h_src[: block.num_dst]
+        if self.fc_neigh.in_features > self.fc_neigh.out_features:
+            neigh = dops.copy_u_mean(block.graph, self.fc_neigh(h_src))
+        else:
+            neigh = self.fc_neigh(dops.copy_u_mean(block.graph, h_src))
+        return self.fc_self(h_dst) + neigh
+
+
+class GATLayer(nn.Module):
+    """Graph attention (Velickovic et al.) with ``heads`` heads, concatenated or averaged."""
+
+    def __init__(self, in_dim: int, out_dim: int, heads: int, concat: bool,
+                 negative_slope: float = 0.2):
+        super().__init__()
+        self.heads, self.head_dim, self.concat = heads, out_dim, concat
+        self.fc = nn.Linear(in_dim, heads * out_dim, bias=False)
+        self.attn_l = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.attn_r = nn.Parameter(torch.empty(1, heads, out_dim))
+        self.bias = nn.Parameter(torch.zeros(heads * out_dim if concat else out_dim))
+        self.negative_slope = negative_slope
+        gain = nn.init.calculate_gain("relu")
+        nn.init.xavier_normal_(self.fc.weight, gain=gain)
+        nn.init.xavier_normal_(self.attn_l, gain=gain)
+        nn.init.xavier_normal_(self.attn_r, gain=gain)
+
+    @property
+    def out_dim(self) -> int:
+        return self.heads * self.head_dim if self.concat else self.head_dim
+
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+        z = self.fc(h_src).view(-1, self.heads, self.head_dim)
+        el = (z * self.attn_l).sum(-1, keepdim=True)
+        er = (z[: block.num_dst] * self.attn_r).sum(-1, keepdim=True)
+        e = F.leaky_relu(dops.u_add_v(block.graph, el, er), self.negative_slope)
+        a = edge_softmax(block.graph, e)
+        if drop is not None:  # attention dropout, keyed by edge
+            a = drop(a, block.edge_keys, "attn")
+        out = dops.u_mul_e_sum(block.graph, z, a)
+        out = out.flatten(1) if self.concat else out.mean(1)
+        return out + self.bias
+
+
+Exchange = Callable[[int, torch.Tensor], torch.Tensor]
+_TAGS = {"feat": 1, "attn": 2}
+
+
+def identity_exchange(layer: int, h_dst: torch.Tensor) -> torch.Tensor:
+    """Single-process exchange: the destination rows are already every source row."""
+    return h_dst
+
+
+class FullGraphGNN(nn.Module):
+    """A stack of GCN/SAGE/GAT layers trained on whole graphs (or whole partitions).
+
+    ``forward(block, x_src, exchange)``: ``x_src`` are the input rows of every source
+    node; before layer ``l >= 1`` the owned rows of layer ``l-1`` go through
+    ``exchange(l, h_dst)``, which must return the full source rows (owned + halo).
+    Dropout is applied to each layer's input rows after the exchange (and to GAT's
+    attention), keyed by node (edge) and by ``(seed, step, layer)``, so its masks do
+    not depend on how the graph is partitioned.
+    """
+
+    def __init__(self, model: str, in_dim: int, hidden: int, num_classes: int,
+                 num_layers: int, dropout: float = 0.5, heads: int = 4):
+        super().__init__()
+        if model not in MODEL_NAMES:
+            raise ValueError(f"unknown model '{model}': choose one of {', '.join(MODEL_NAMES)}")
+        if num_layers < 1:
+            raise ValueError(f"--layers must be at least 1, got {num_layers}")
+        self.model_name, self.num_layers = model, num_layers
+        self.layers = nn.ModuleList()
+        dim = in_dim
+        for i in range(num_layers):
+            last = i == num_layers - 1
+            out = num_classes if last else hidden
+            if model == "gcn":
+                layer = GCNLayer(dim, out)
+            elif model == "sage":
+                layer = SAGELayer(dim, out)
+            else:
+                layer = GATLayer(dim, out, heads=1 if last else heads, concat=not last)
+            self.layers.append(layer)
+            dim = layer.out_dim
+        self.dropout = dropout
+
+    def hidden_dims(self) -> list:
+        """Width of the rows exchanged before layer ``l`` for ``l = 1..L-1``."""
+        return [layer.out_dim for layer in self.layers[:-1]]
+
+    def forward(self, block: GraphBlock, x_src: torch.Tensor,
+                exchange: Exchange = identity_exchange, step: int = 0,
+                dropout_seed: int = 0) -> torch.Tensor:
+        h = x_src
+        for i, layer in enumerate(self.layers):
+            if i > 0:
+                h = exchange(i, h)
+            drop = self._dropper(step, i, dropout_seed)
+            if drop is not None:
+                h = drop(h, block.src_keys, "feat")
+            h = layer(block, h, drop)
+            if i < self.num_layers - 1:
+                h = F.elu(h) if self.model_name == "gat" else F.relu(h)
+        return h
+
+    def _dropper(self, step: int, layer: int, seed: int):
+        if not self.training or self.dropout == 0.0:
+            return None
+        p = self.dropout
+
+        def drop(x, keys, tag):
+            return keyed_dropout(x, keys, derive_seed(seed, step, layer, _TAGS[tag]), p)
+        return drop
+
+
+def init_model(seed: int, *args, **kwargs) -> FullGraphGNN:
+    """Build a model whose initial weights depend on ``seed`` only (not on rank or world size)."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        return FullGraphGNN(*args, **kwargs)
+    finally:
+        torch.random.set_rng_state(state)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())

@@ -1,0 +1,238 @@
+"""The process DistDGL runs on every machine, as server and as trainer.
+
+With ``DGL_ROLE=server`` it becomes the machine's ``DistGraphServer`` (inside
+``dgl.distributed.initialize``, which never returns for servers). As a trainer it
+builds its :class:`~dgl_sni.trainer.LocalView` from the local partition, trains with
+a :class:`~dgl_sni.exchange.HaloExchange`, and rank 0 writes progress and metrics.
+
+Started by ``dgl-sni train`` on the emulated cluster, or on a real cluster by DGL's
+launch tool::
+
+    python3 dgl/tools/launch.py --workspace $PWD --num_trainers 1 --num_servers 1 \
+        --num_samplers 0 --part_config parts/g.json --ip_config ip_config.txt \
+        "python3 -m dgl_sni.worker --model gcn --layers 2 --epochs 100 --metrics out.json"
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+
+import numpy as np
+import torch
+
+import dgl_sni  # noqa: F401
+import dgl
+
+from .block import MODELS_WITH_SELF_LOOPS, build_block
+from .cluster import ClusterError, check_port_free
+from .collective import GlooCollective
+from .config import add_train_arguments, from_args
+from .exchange import HaloExchange
+from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
+from .partition import NODE_FIELDS, read_meta
+from .trainer import FullGraphTrainer, LocalView
+
+
+class PartitionError(ValueError):
+    """The partitions cannot be trained on (missing fields, missing halo edges)."""
+
+
+def build_local_view(g, model: str, counters: Counters, orig_nids: np.ndarray | None = None):
+    """This trainer's block, inputs and labels from ``g.local_partition``.
+
+    Returns ``(view, owned_gids, halo_gids)``. Owned nodes come first in global-id
+    order (so they map to the local shards by a slice), halo nodes after them, also in
+    global-id order (so rows of one owner are contiguous). Halo input features and
+    out-degrees are pulled once here and charged to ``counters``. ``orig_nids`` maps
+    DGL's ids to the dataset's (dropout keys); without it DGL's ids are the keys.
+    """
+    missing = [f for f in NODE_FIELDS if f not in g.ndata]
+    if missing:
+        raise PartitionError(
+            f"the partitions lack node field(s) {', '.join(missing)}; make them with "
+            "'dgl-sni partition' (or add these ndata before dgl.distributed.partition_graph)")
+    lg = g.local_partition
+    nid = lg.ndata[dgl.NID]
+    inner = lg.ndata["inner_node"].bool()
+    inner_lids = torch.nonzero(inner).flatten()
+    halo_lids = torch.nonzero(~inner).flatten()
+    inner_lids = inner_lids[torch.argsort(nid[inner_lids])]
+    halo_lids = halo_lids[torch.argsort(nid[halo_lids])]
+    owned_gids, halo_gids = nid[inner_lids], nid[halo_lids]
+    n_owned, n_halo = owned_gids.numel(), halo_gids.numel()
+
+    pos = torch.empty(lg.num_nodes(), dtype=torch.int64)
+    pos[inner_lids] = torch.arange(n_owned)
+    pos[halo_lids] = n_owned + torch.arange(n_halo)
+    u, v = lg.edges(form="uv", order="eid")
+    keep = inner[v]
+    src, dst = pos[u[keep]].numpy(), pos[v[keep]].numpy()
+
+    policy = g.get_node_partition_policy("_N")
+    local = policy.to_local(owned_gids)
+
+    def owned(name):
+        return g.ndata[name].local_partition[local]
+
+    def halo(name):
+        if n_halo == 0:
+            return owned(name)[:0]
+        with counters.timing("comm_s"):
+            rows = g.ndata[name][halo_gids]
+        counters.bytes_recv += rows.numel() * rows.element_size()
+        counters.add("pulled_rows", n_halo)
+        return rows
+
+    in_deg = owned("in_deg").numpy()
+    local_in = np.bincount(dst, minlength=n_owned)
+    if not np.array_equal(local_in, in_deg.astype(np.int64)):
+        raise PartitionError(
+            "the local partition does not hold every in-edge of its nodes; partition with one "
+            "halo hop (num_hops=1), as 'dgl-sni partition' does")
+    out_deg = torch.cat((owned("out_deg"), halo("out_deg"))).numpy()
+    src_gids = torch.cat((owned_gids, halo_gids)).numpy()
+    keys = orig_nids[src_gids] if orig_nids is not None else src_gids
+    block = build_block(src, dst, n_owned + n_halo, n_owned, out_deg, in_deg,
+                        self_loops=model in MODELS_WITH_SELF_LOOPS, src_keys=keys)
+    x_src = torch.cat((owned("features"), halo("features")))
+    view = LocalView(block=block, x_src=x_src, labels=owned("labels").long(),
+                     train_mask=owned("train_mask").bool(), val_mask=owned("val_mask").bool(),
+                     test_mask=owned("test_mask").bool())
+    return view, owned_gids, halo_gids
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="dgl_sni.worker", description=__doc__.split("\n")[0])
+    add_train_arguments(parser)
+    parser.add_argument("--part-config", default=os.environ.get("DGL_CONF_PATH"))
+    parser.add_argument("--ip-config", default=os.environ.get("DGL_IP_CONFIG"))
+    parser.add_argument("--progress", default=None, help="append one JSON line per epoch here")
+    parser.add_argument("--local-rank", "--local_rank", type=int, default=None,
+                        help=argparse.SUPPRESS)  # torch.distributed.launch passes it
+    ns = parser.parse_args(argv)
+    if not ns.part_config:
+        parser.error("--part-config (or DGL_CONF_PATH) is required")
+    if not ns.ip_config:
+        parser.error("--ip-config (or DGL_IP_CONFIG) is required")
+    return ns
+
+
+def _check_server_port(ip_config: str) -> None:
+    server_id = int(os.environ.get("DGL_SERVER_ID", "0"))
+    with open(ip_config) as fh:
+        lines = [ln.split() for ln in fh if ln.strip()]
+    ip, port = lines[server_id][0], int(lines[server_id][1]) if len(lines[server_id]) > 1 else 30050
+    check_port_free(ip, port, "DGL server")
+
+
+def run_trainer(ns) -> None:
+    cfg = from_args(ns)
+    counters = Counters()
+    collective = GlooCollective(counters)
+    rank = collective.rank
+    with open(ns.part_config) as fh:
+        graph_name = json.load(fh)["graph_name"]
+    meta = read_meta(ns.part_config)
+    if rank == 0 and ns.progress:
+        _emit(ns.progress, dict(event="starting"))
+    g = dgl.distributed.DistGraph(graph_name, part_config=ns.part_config)
+    orig_path = os.path.join(os.path.dirname(os.path.abspath(ns.part_config)), "orig_nids.npy")
+    orig_nids = np.load(orig_path, mmap_mode="r") if os.path.exists(orig_path) else None
+    view, owned_gids, halo_gids = build_local_view(g, cfg.model, counters, orig_nids)
+    num_classes = meta.get("num_classes")
+    if num_classes is None:  # partitions not made by dgl-sni: largest label over workers
+        num_classes = max(collective.all_gather_object(int(view.labels.max()) + 1))
+    trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
+                               collective=collective, counters=counters)
+    trainer.exchange = HaloExchange(g, owned_gids, halo_gids, trainer.model.hidden_dims(),
+                                    collective, counters)
+    setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
+                 local_edges=view.block.num_edges)
+    setups = collective.all_gather_object(setup)
+
+    progress = _Progress(cfg, ns.progress) if rank == 0 else None
+    epochs = []
+    for epoch in range(cfg.epochs):
+        rec = trainer.train_epoch(epoch)
+        rec["mode"] = "sync"
+        rec.update(counters.snapshot_and_reset())
+        rec["comp_s"] = max(rec["time_s"] - rec["comm_s"] - rec["sync_s"], 0.0)
+        if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+            start = time.perf_counter()
+            rec.update(trainer.evaluate())
+            rec["eval_s"] = time.perf_counter() - start
+            ev = counters.snapshot_and_reset()
+            rec["eval_bytes"] = ev["bytes_sent"] + ev["bytes_recv"]
+        if rank == 0 and cfg.checkpoint_dir and (epoch + 1) % cfg.checkpoint_every == 0:
+            os.makedirs(cfg.checkpoint_dir, exist_ok=True)
+            trainer.save_checkpoint(os.path.join(cfg.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
+        merged = merge_epoch(collective.all_gather_object(rec))
+        epochs.append(merged)
+        if progress:
+            progress.update(merged)
+    rss = collective.all_gather_object(peak_rss_mb())
+    if rank == 0:
+        summary = summarize(epochs, rss)
+        summary["workers"] = [dict(s, peak_rss_mb=r) for s, r in zip(setups, rss)]
+        if cfg.metrics:
+            write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=meta)
+        progress.close(summary)
+    collective.barrier()
+
+
+def _emit(path: str, obj: dict) -> None:
+    with open(path, "a") as fh:
+        fh.write(json.dumps(obj) + "\n")
+
+
+class _Progress:
+    """Rank 0's per-epoch output: JSON lines for the launcher, or a tqdm line of its own."""
+
+    def __init__(self, cfg, path):
+        self.path, self.bar = path, None
+        if path is None and not cfg.quiet:
+            from tqdm import tqdm
+            self.bar = tqdm(total=cfg.epochs, desc="train", unit="epoch", file=sys.stderr)
+
+    def update(self, rec: dict) -> None:
+        if self.path:
+            _emit(self.path, dict(event="epoch", **{k: v for k, v in rec.items() if k != "workers"}))
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}")
+            self.bar.update(1)
+
+    def close(self, summary: dict) -> None:
+        if self.path:
+            _emit(self.path, dict(event="done", summary=summary))
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(argv=None) -> int:
+    ns = _parse(argv if argv is not None else sys.argv[1:])
+    if os.environ.get("DGL_ROLE", "client") == "server":
+        try:
+            _check_server_port(ns.ip_config)
+        except ClusterError as err:
+            print(f"dgl-sni: {err}", file=sys.stderr)
+            return 3
+        dgl.distributed.initialize(ns.ip_config)
+        return 0  # not reached: servers exit inside initialize
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    dgl.distributed.initialize(ns.ip_config)
+    try:
+        run_trainer(ns)
+    except Exception:
+        traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)  # peers are blocked in collectives; do not wait on DGL's exit barrier
+    dgl.distributed.exit_client()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

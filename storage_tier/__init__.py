@@ -1,0 +1,1 @@
+"""Structured storage offloading of activations (host cache + SSD) and its partitioner."""

@@ -1,0 +1,55 @@
+"""Shared fixtures: small graphs on disk and a helper that runs the dgl-sni CLI."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import dgl_sni  # noqa: F401  (DGL shims first)
+from dgl_sni.cluster import netns_available
+from dgl_sni.data import default_data_dir, save_npz, synthetic
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+needs_netns = pytest.mark.skipif(not netns_available()[0],
+                                 reason="emulated machines need root (network namespaces)")
+
+
+def shared_dataset(name):
+    path = os.path.join(default_data_dir(), f"{name}.npz")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} not present")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_graph_npz(tmp_path_factory):
+    """A 1500-node synthetic graph saved as npz (shared by the cluster tests)."""
+    path = tmp_path_factory.mktemp("data") / "small.npz"
+    save_npz(synthetic(num_nodes=1500, avg_degree=8, num_classes=5, feat_dim=24, seed=3), str(path))
+    return str(path)
+
+
+def run_cli(*args, timeout=600, check=True, env=None):
+    """Run ``python -m dgl_sni.cli ARGS``; return the CompletedProcess."""
+    full_env = dict(os.environ, PYTHONPATH=ROOT, PYTHONWARNINGS="ignore")
+    if env:
+        full_env.update(env)
+    proc = subprocess.run([sys.executable, "-m", "dgl_sni.cli", *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, env=full_env, cwd=ROOT)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"dgl-sni {' '.join(map(str, args))} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}")
+    return proc
+
+
+def read_metrics(path):
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def leftover_namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [ln.split()[0] for ln in out.splitlines() if ln.startswith("sni")]
