@@ -93,6 +93,19 @@ class _ProgressTail:
             self.bar.close()
 
 
+def _summary_line(s: dict, metrics_path) -> str:
+    parts = []
+    if s.get("best_val_acc") is not None:
+        parts.append(f"best val acc {s['best_val_acc']:.4f} (epoch {s['best_epoch']}), "
+                     f"test acc there {s['test_acc_at_best_val']:.4f}")
+    if s:
+        parts.append(f"{s['epochs']} epochs in {s['total_time_s']:.2f} s of training, "
+                     f"{s['total_bytes'] / 2**20:.1f} MiB exchanged, peak trainer RSS {s['peak_rss_mb']:.0f} MiB")
+    if metrics_path:
+        parts.append(f"metrics in {metrics_path}")
+    return "; ".join(parts) or "no epoch ran"
+
+
 def cmd_train(ns) -> int:
     cfg = from_args(ns)
     mode = _cluster_mode(cfg.cluster, cfg.workers)
@@ -126,12 +139,7 @@ def cmd_train(ns) -> int:
                 cluster.wait(on_poll=tail.poll, timeout=cfg.timeout)
         finally:
             tail.close()
-        s = tail.summary or {}
-        if s:
-            print(f"best val acc {s['best_val_acc']:.4f} (epoch {s['best_epoch']}), test acc "
-                  f"there {s['test_acc_at_best_val']:.4f}; {s['total_time_s']:.2f} s training, "
-                  f"{s['total_bytes'] / 2**20:.1f} MiB exchanged, peak trainer RSS "
-                  f"{s['peak_rss_mb']:.0f} MiB" + (f"; metrics in {cfg.metrics}" if cfg.metrics else ""))
+        print(_summary_line(tail.summary or {}, cfg.metrics))
         return 0
     finally:
         if not keep:

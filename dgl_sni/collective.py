@@ -30,6 +30,9 @@ class LocalCollective:
     def all_gather_object(self, obj) -> list:
         return [obj]
 
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        return tensor
+
 
 class GlooCollective(LocalCollective):
     """torch.distributed (gloo) among the trainers of a DistDGL job."""
@@ -49,6 +52,11 @@ class GlooCollective(LocalCollective):
     def barrier(self) -> None:
         with self.counters.timing("sync_s"):
             dist.barrier()
+
+    def broadcast(self, tensor: torch.Tensor, src: int = 0) -> torch.Tensor:
+        with self.counters.timing("sync_s"):
+            dist.broadcast(tensor, src)
+        return tensor
 
     def all_gather_object(self, obj) -> list:
         out = [None] * self.world_size

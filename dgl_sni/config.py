@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, fields
 from .cluster import validate_rate
 from .data import FEATURE_NORMS
 from .models import MODEL_NAMES
+from .sni.config import AGENT_MODES, PREDICTORS, STALE_GRAD, SYNC_POLICIES, SNIConfig
 from .partition import METHODS
 from .trainer import ModelConfig
 
@@ -50,16 +51,38 @@ class TrainConfig:
     weight_decay: float = 5e-4
     seed: int = 0
     eval_every: int = 1
+    # in-network prediction (issue 3): stale epochs served by the agent
+    sync_interval: int = 1
+    sampling_ratio: float = 0.1
+    warmup: int = 20
+    predictor: str = "gated"
+    stale_grad: str = "exchange"
+    sync_policy: str = "fixed"
+    drift_bound: float = 0.05
+    measure_staleness: bool = False
+    agent: str = "process"
     # output
     quiet: bool = False
     metrics: str | None = None
     checkpoint_dir: str | None = None
     checkpoint_every: int = 1
+    epoch_gate: str | None = None  # benchmarks drive epochs one by one (worker.EpochGate)
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(model=self.model, layers=self.layers, hidden=self.hidden,
                            heads=self.heads, dropout=self.dropout, lr=self.lr,
                            weight_decay=self.weight_decay, seed=self.seed)
+
+    def sni_config(self) -> SNIConfig:
+        return SNIConfig(sync_interval=self.sync_interval, sampling_ratio=self.sampling_ratio,
+                         warmup=self.warmup, predictor=self.predictor, stale_grad=self.stale_grad,
+                         sync_policy=self.sync_policy, drift_bound=self.drift_bound,
+                         measure_staleness=self.measure_staleness, agent=self.agent).validate()
+
+    @property
+    def sni_active(self) -> bool:
+        """Stale epochs can happen (otherwise the plain exact exchange runs, no agent)."""
+        return self.predictor != "none" and (self.sync_interval > 1 or self.sync_policy == "adaptive")
 
     def synthetic_args(self) -> dict:
         return dict(num_nodes=self.nodes, avg_degree=self.avg_degree, num_classes=self.classes,
@@ -92,6 +115,7 @@ class TrainConfig:
                 raise ValueError(message)
         if self.bandwidth:
             self.bandwidth = validate_rate(self.bandwidth)
+        self.sni_config()  # raises on bad SNI settings
         return self
 
     def to_argv(self) -> list:
@@ -150,6 +174,24 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-decay", type=float, default=d.weight_decay)
     g.add_argument("--seed", type=int, default=d.seed, help="weights and dropout seed")
     g.add_argument("--eval-every", type=int, default=d.eval_every)
+    g = parser.add_argument_group("in-network prediction (stale epochs)")
+    g.add_argument("--sync-interval", type=int, default=d.sync_interval,
+                   help="exchange halo embeddings every E-th epoch after warm-up (1: every epoch, exact)")
+    g.add_argument("--sampling-ratio", type=float, default=d.sampling_ratio,
+                   help="fraction of halo nodes (most edges into the partition first) that get predictions")
+    g.add_argument("--warmup", type=int, default=d.warmup, help="epochs that always sync")
+    g.add_argument("--predictor", default=d.predictor, choices=PREDICTORS,
+                   help="none: sync every epoch; cache; linear-trend (the paper); gated; holt")
+    g.add_argument("--stale-grad", default=d.stale_grad, choices=STALE_GRAD,
+                   help="on stale epochs still push halo gradients (exchange) or not (skip)")
+    g.add_argument("--sync-policy", default=d.sync_policy, choices=SYNC_POLICIES,
+                   help="adaptive: on stale epochs also pull rows whose predicted drift is large")
+    g.add_argument("--drift-bound", type=float, default=d.drift_bound,
+                   help="adaptive: relative drift above which a row is pulled")
+    g.add_argument("--measure-staleness", action="store_true",
+                   help="also pull true halo rows on stale epochs, for measurement only")
+    g.add_argument("--agent", default=d.agent, choices=AGENT_MODES,
+                   help="process: agent beside the trainer (shared memory); inline: a thread")
     g = parser.add_argument_group("output")
     g.add_argument("--quiet", action="store_true", help="no progress line")
     g.add_argument("--metrics", default=d.metrics, help="write the metrics JSON here")
@@ -157,6 +199,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="rank 0 saves weights and optimizer state here (epoch_N.pt)")
     g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
                    help="save a checkpoint every N epochs")
+    g.add_argument("--epoch-gate", default=d.epoch_gate, help=argparse.SUPPRESS)
 
 
 def from_args(ns: argparse.Namespace) -> TrainConfig:

@@ -64,29 +64,40 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-SUMMED = ("bytes_sent", "bytes_recv")
-MAXED = ("time_s", "comm_s", "sync_s", "comp_s")
+SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s")
+MAXED = ("time_s", "comm_s", "sync_s", "comp_s", "eval_s")
+# staleness means derived from per-worker sums: name -> (numerator, denominator)
+MEANS = dict(staleness_l2=("stale_l2_sum", "stale_l2_n"), cache_l2=("cache_l2_sum", "stale_l2_n"),
+             pred_rows_l2=("pred_l2_sum", "pred_l2_n"), pred_rows_cache_l2=("pred_cache_l2_sum", "pred_l2_n"))
+
+
+def _summed(key: str) -> bool:
+    return key in SUMMED or key.endswith(("_rows", "_sum", "_n"))
 
 
 def merge_epoch(per_worker: list) -> dict:
     """Combine the workers' records of one epoch.
 
     Global values (loss, accuracies, mode) are identical on every worker and taken from
-    the first; byte counts and other integer counters are summed over workers; times are
-    the slowest worker's (the epoch ends when the last one does). Each worker's own
-    record is kept under ``workers``.
+    the first; byte and row counts are summed over workers; times are the slowest
+    worker's (the epoch ends when the last one does); staleness errors become means
+    over all measured rows of all workers. Each worker's own counters are kept under
+    ``workers``.
     """
     first = per_worker[0]
-    out = {k: v for k, v in first.items() if k not in SUMMED + MAXED}
-    for key in first:
-        if key in SUMMED or (key not in MAXED and isinstance(first[key], int)
-                             and key not in ("epoch",)):
+    keys = {k for w in per_worker for k in w}
+    out = {k: v for k, v in first.items() if not _summed(k) and k not in MAXED}
+    for key in keys:
+        if _summed(key):
             out[key] = sum(w.get(key, 0) for w in per_worker)
-    for key in MAXED:
-        if key in first:
-            out[key] = max(w[key] for w in per_worker)
-    out["workers"] = [{k: w[k] for k in w if k in SUMMED + MAXED or k.endswith("_rows")}
-                      for w in per_worker]
+        elif key in MAXED:
+            out[key] = max(w.get(key, 0.0) for w in per_worker)
+    for name, (num, den) in MEANS.items():
+        if out.get(den):
+            out[name] = out[num] / out[den]
+    for key in [k for k in out if k.endswith(("_sum", "_n"))]:
+        del out[key]
+    out["workers"] = [{k: w[k] for k in w if _summed(k) or k in MAXED} for w in per_worker]
     return out
 
 

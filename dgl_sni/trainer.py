@@ -76,6 +76,8 @@ class FullGraphTrainer:
         """One optimisation step over the whole graph; returns the epoch's record."""
         start = time.perf_counter()
         self.model.train()
+        self.epoch_step = self.step
+        mode = self._begin(self.step, training=True)
         logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
                             dropout_seed=self.cfg.seed)
         mask = self.view.train_mask
@@ -94,8 +96,13 @@ class FullGraphTrainer:
             stats = torch.tensor([loss.item(), float(correct)], dtype=torch.float64)
             self.collective.all_reduce(stats)
         elapsed = time.perf_counter() - start
-        return dict(epoch=epoch, loss=stats[0].item(),
+        return dict(epoch=epoch, mode=mode, loss=stats[0].item(),
                     train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
+
+    def _begin(self, step: int, training: bool) -> str:
+        """Tell a stepping exchange (SNI) which step a forward pass belongs to."""
+        begin = getattr(self.exchange, "begin_step", None)
+        return begin(step, training) if begin is not None else "sync"
 
     def _all_reduce_gradients(self) -> None:
         if self.collective.world_size == 1:
@@ -113,6 +120,7 @@ class FullGraphTrainer:
     def evaluate(self) -> dict:
         """Full-graph accuracy on the train/val/test splits (dropout off)."""
         self.model.eval()
+        self._begin(getattr(self, "epoch_step", self.step), training=False)
         logits = self.model(self.view.block, self.view.x_src, self.exchange)
         pred = logits.argmax(1)
         hit = pred == self.view.labels

@@ -31,9 +31,13 @@ from .block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args
+from dpu_agent.client import start_agent
+
 from .exchange import HaloExchange
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import NODE_FIELDS, read_meta
+from .sni.exchange import SNIExchange
+from .sni.sampling import halo_edge_counts
 from .trainer import FullGraphTrainer, LocalView
 
 
@@ -148,17 +152,27 @@ def run_trainer(ns) -> None:
         num_classes = max(collective.all_gather_object(int(view.labels.max()) + 1))
     trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
                                collective=collective, counters=counters)
-    trainer.exchange = HaloExchange(g, owned_gids, halo_gids, trainer.model.hidden_dims(),
-                                    collective, counters)
+    dims = trainer.model.hidden_dims()
+    if cfg.sni_active:
+        block_src = view.block.graph.edges()[0].numpy()
+        edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
+        trainer.exchange = SNIExchange(g, owned_gids, halo_gids, dims, collective, counters,
+                                       cfg.sni_config(), start_agent(cfg.agent), edge_counts)
+    else:
+        trainer.exchange = HaloExchange(g, owned_gids, halo_gids, dims, collective, counters)
     setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                  local_edges=view.block.num_edges)
     setups = collective.all_gather_object(setup)
 
     progress = _Progress(cfg, ns.progress) if rank == 0 else None
+    gate = EpochGate(cfg.epoch_gate, collective) if cfg.epoch_gate else None
     epochs = []
     for epoch in range(cfg.epochs):
+        if gate is not None and not gate.wait():
+            break
         rec = trainer.train_epoch(epoch)
-        rec["mode"] = "sync"
+        if gate is not None:
+            gate.done()
         rec.update(counters.snapshot_and_reset())
         rec["comp_s"] = max(rec["time_s"] - rec["comm_s"] - rec["sync_s"], 0.0)
         if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
@@ -167,6 +181,9 @@ def run_trainer(ns) -> None:
             rec["eval_s"] = time.perf_counter() - start
             ev = counters.snapshot_and_reset()
             rec["eval_bytes"] = ev["bytes_sent"] + ev["bytes_recv"]
+        end_epoch = getattr(trainer.exchange, "end_epoch", None)
+        if end_epoch is not None:
+            rec.update(end_epoch())
         if rank == 0 and cfg.checkpoint_dir and (epoch + 1) % cfg.checkpoint_every == 0:
             os.makedirs(cfg.checkpoint_dir, exist_ok=True)
             trainer.save_checkpoint(os.path.join(cfg.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
@@ -174,6 +191,9 @@ def run_trainer(ns) -> None:
         epochs.append(merged)
         if progress:
             progress.update(merged)
+    close = getattr(trainer.exchange, "close", None)
+    if close is not None:
+        close()
     rss = collective.all_gather_object(peak_rss_mb())
     if rank == 0:
         summary = summarize(epochs, rss)
@@ -182,6 +202,32 @@ def run_trainer(ns) -> None:
             write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=meta)
         progress.close(summary)
     collective.barrier()
+
+
+class EpochGate:
+    """Lets an outside driver step training one epoch at a time (benchmarks).
+
+    ``DIR/go`` and ``DIR/done`` are FIFOs made by the driver. Before each epoch rank 0
+    reads one byte from ``go`` (``q`` stops training) and tells the other ranks; after
+    the training step it writes one byte to ``done``.
+    """
+
+    def __init__(self, directory: str, collective):
+        self.collective = collective
+        self._go = open(os.path.join(directory, "go"), "rb", buffering=0) if collective.rank == 0 else None
+        self._done = open(os.path.join(directory, "done"), "wb", buffering=0) if collective.rank == 0 else None
+
+    def wait(self) -> bool:
+        flag = torch.zeros(1)
+        if self._go is not None:
+            byte = self._go.read(1)
+            flag[0] = 0.0 if byte in (b"", b"q") else 1.0
+        self.collective.broadcast(flag)
+        return bool(flag.item())
+
+    def done(self) -> None:
+        if self._done is not None:
+            self._done.write(b".")
 
 
 def _emit(path: str, obj: dict) -> None:

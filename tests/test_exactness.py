@@ -67,3 +67,13 @@ def test_sage_random_partition_matches(tmp_path, small_graph_npz):
 def test_exact_with_keyed_dropout(tmp_path, small_graph_npz, model):
     """Dropout masks are keyed by node/edge, so even with dropout 0.5 the runs agree."""
     compare(tmp_path, small_graph_npz, model, 3, 2, epochs=4, dropout=0.5)
+
+
+@needs_netns
+@pytest.mark.parametrize("extra", [
+    ("--sync-interval", 1, "--predictor", "gated"),
+    # the SNI exchange and its agent process active, every epoch inside warm-up: still exact
+    ("--sync-interval", 5, "--warmup", 100, "--predictor", "gated", "--agent", "process"),
+])
+def test_prediction_machinery_keeps_exactness(tmp_path, small_graph_npz, extra):
+    compare(tmp_path, small_graph_npz, "gcn", 3, 2, epochs=4, extra=extra)

@@ -1,0 +1,101 @@
+"""Halo exchange with sync and stale steps (the full-graph trainer's SNI path).
+
+:class:`SNIExchange` is a :class:`~dgl_sni.exchange.HaloExchange` whose hidden-layer
+rows come from DGL only on sync steps; on stale steps they come from the agent
+(cache for most halo rows, predictions for the sampled ones) and no embedding is
+pulled, so no barrier is needed before the layer. Gradients of halo rows are still
+pushed on stale steps unless ``stale_grad == "skip"``. The trainer announces each
+forward pass with :meth:`begin_step`; stale steps ask the agent for every layer's
+rows at once, so predictions are computed while the trainer computes the layers
+below.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..exchange import HaloExchange
+from .config import SNIConfig
+from .schedule import SyncSchedule
+from .table import HaloTable
+
+
+class SNIExchange(HaloExchange):
+    """Sync/stale halo exchange; one agent table per hidden layer."""
+
+    def __init__(self, graph, owned_gids, halo_gids, dims, collective, counters, cfg: SNIConfig,
+                 agent, edge_counts: np.ndarray, name: str = "sni"):
+        super().__init__(graph, owned_gids, halo_gids, dims, collective, counters, name=name)
+        self.cfg = cfg
+        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)
+        self.agent = agent
+        ids = self.halo_gids.numpy()
+        self.tables = {layer: HaloTable(layer, ids, dim, edge_counts, cfg, agent, counters)
+                       for layer, dim in enumerate(dims, start=1)}
+        self.step, self.mode, self.training = 0, "sync", True
+        self._predictor_s = 0.0
+
+    def begin_step(self, step: int, training: bool) -> str:
+        """Announce a forward pass at training step ``step``; returns its mode."""
+        self.step, self.training = step, training
+        self.mode = self.schedule.mode(step)
+        if self.mode == "stale":
+            for table in self.tables.values():
+                table.prefetch(step)
+        return self.mode
+
+    # ---------------------------------------------------------------- forward
+    def forward_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        table = self.tables[layer]
+        if self.mode == "sync":
+            rows = super().forward_rows(layer, owned)
+            if self.training:
+                fresh = rows.numpy()
+                if table.has_history:  # how stale would this step have been?
+                    used, weight = table.preview(self.step)
+                    table.measure(used, weight, fresh)
+                table.observe(self.step, fresh)
+            return rows
+        used, weight = table.served(self.step)
+        need_true = self.training and self.cfg.measure_staleness
+        adaptive = self.cfg.sync_policy == "adaptive"
+        if need_true or adaptive:
+            # someone pulls this layer's rows now: publish ours first
+            self._write_owned(self.emb[layer].local_partition, owned.detach())
+            self.collective.barrier()
+        if adaptive:
+            used = self._adaptive_pull(table, layer, used)
+        if need_true and self.halo_gids.numel():
+            with self.counters.timing("comm_s"):
+                true = self.emb[layer][self.halo_gids].numpy()
+            self.counters.add("measure_bytes", true.nbytes)  # not training traffic
+            table.measure(used, weight, true)
+        return torch.from_numpy(np.ascontiguousarray(used))
+
+    def _adaptive_pull(self, table: HaloTable, layer: int, used: np.ndarray) -> np.ndarray:
+        """Pull the rows whose predicted drift exceeds the bound; observe them."""
+        drift = table.drift(self.step)
+        rows = np.flatnonzero(drift > self.cfg.drift_bound)
+        if rows.size:
+            fresh = self.pull_rows(self.emb[layer], self.halo_gids[torch.from_numpy(rows)]).numpy()
+            if self.training:
+                table.observe(self.step, fresh, rows)
+            used = used.copy()
+            used[rows] = fresh
+        self.counters.add("adaptive_rows", int(rows.size))
+        return used
+
+    # ---------------------------------------------------------------- backward
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
+        if self.mode == "stale" and self.cfg.stale_grad == "skip":
+            return grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
+        return super().backward_rows(layer, grad_halo)
+
+    def end_epoch(self) -> dict:
+        """Agent time spent in predictors since the last call (waits for queued work)."""
+        total = self.agent.stats()["predictor_s"]
+        delta, self._predictor_s = total - self._predictor_s, total
+        return dict(predictor_s=delta)
+
+    def close(self) -> None:
+        self.agent.close()

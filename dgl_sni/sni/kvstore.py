@@ -1,0 +1,276 @@
+"""The switch for existing DistDGL scripts: ``DGL_SNI=1`` or ``dgl_sni.enable(config)``.
+
+:func:`enable` (run automatically after ``dgl.distributed.initialize`` when
+``DGL_SNI=1`` or ``DGL_SNI_CONFIG=path`` is set and the script imports ``dgl_sni``)
+wraps the trainer's KVClient: every ``pull`` goes through :class:`SNIKVClient`, which
+passes untouched any tensor it does not manage, reads local rows from shared memory
+as DGL does, and for the remote rows of a managed tensor decides per pull:
+
+* sync pull (warm-up, then every ``sync_interval``-th pull of that tensor): DGL pulls
+  them; the agent observes them;
+* stale pull: rows come from the agent (history cache, predictions for the rows with
+  the most edges into this machine's partition); rows the agent never saw are pulled.
+
+A tensor's step is the number of pulls made on it, so a script that reads each
+tensor once per epoch gets an epoch-based schedule without any change. Managed:
+tensors created after ``enable`` (through :class:`SNIDistTensor`, which also becomes
+what ``DistGraph`` creates) or named in ``tensors``; ``static`` tensors (read-only
+data such as input features) are cached after their first pull, exactly. With the
+flag off nothing here is imported or patched: behaviour is DGL's.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+
+import numpy as np
+import torch
+
+import dgl_sni  # noqa: F401
+import dgl
+import dgl.distributed as dgld
+from dgl.distributed import dist_graph as _dist_graph
+from dgl.distributed import dist_tensor as _dist_tensor
+from dgl.distributed.kvstore import get_kvstore
+
+from dpu_agent.client import start_agent
+
+from ..metrics import Counters
+from .config import SNIConfig
+from .schedule import SyncSchedule
+from .table import HaloTable
+
+_ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
+_STATE = {"client": None, "graph": None, "initialize": None}
+
+
+class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
+    """``dgl.distributed.DistTensor`` with the same constructor and indexing.
+
+    Constructed after :func:`enable`, a tensor created by the script (not one wrapping
+    graph data loaded from the partitions) is managed by SNI; ``sni_stats`` reports
+    what its pulls did.
+    """
+
+    def __init__(self, shape, dtype, name=None, init_func=None, part_policy=None,
+                 persistent=False, is_gdata=True, attach=True):
+        super().__init__(shape, dtype, name=name, init_func=init_func, part_policy=part_policy,
+                         persistent=persistent, is_gdata=is_gdata, attach=attach)
+        client = _STATE["client"]
+        if client is not None:
+            client.register(self, created_by_script=attach)
+
+    @property
+    def sni_stats(self) -> dict:
+        client = _STATE["client"]
+        managed = client.managed.get(self.kvstore_key) if client else None
+        return dict(managed.counters.extra) if managed else {}
+
+
+class _ManagedTensor:
+    """SNI state of one managed tensor on this trainer."""
+
+    def __init__(self, client: "SNIKVClient", name: str, user_name: str, static: bool):
+        self.client, self.name, self.static = client, name, static
+        self.user_name = user_name
+        self.policy = client.kv._part_policy[name]  # noqa: SLF001 (DGL keeps it there)
+        self.schedule = SyncSchedule(client.cfg.warmup, client.cfg.sync_interval, client.cfg.enabled)
+        self.counters = Counters()
+        self.step = 0
+        self.table = None
+        self.table_ids = None  # sorted global ids the agent tracks
+        self.static_rows = {}
+
+    def pull(self, ids: torch.Tensor) -> torch.Tensor:
+        kv, step = self.client.kv, self.step
+        self.step += 1
+        ids = ids.to(torch.int64)
+        part = self.policy.to_partid(ids)
+        local = part == kv.machine_id
+        store = kv.data_store[self.name]
+        out = torch.empty((ids.numel(),) + tuple(store.shape[1:]), dtype=store.dtype)
+        out[local] = store[self.policy.to_local(ids[local])]
+        remote = torch.nonzero(~local).flatten()
+        if remote.numel():
+            out[remote] = self._remote(ids[remote], step)
+        return out
+
+    def _pull(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.client.original_pull(self.name, ids)
+        self.counters.add("pulled_rows", int(ids.numel()))
+        self.counters.add("pulled_bytes", rows.numel() * rows.element_size())
+        return rows
+
+    def _remote(self, ids: torch.Tensor, step: int) -> torch.Tensor:
+        if self.static:
+            return self._static(ids)
+        stale = self.table is not None and not self.schedule.is_sync(step)
+        if not stale:
+            rows = self._pull(ids)
+            if rows.dim() == 2 and rows.dtype == torch.float32:
+                self._observe(ids.numpy(), rows.numpy(), step)
+            return rows
+        pos = np.searchsorted(self.table_ids, ids.numpy())
+        pos = np.minimum(pos, self.table_ids.size - 1)
+        known = self.table_ids[pos] == ids.numpy()
+        served, _ = self.table.served(step)
+        rows = torch.empty((ids.numel(), served.shape[1]), dtype=torch.float32)
+        rows[torch.from_numpy(known)] = torch.from_numpy(served[pos[known]])
+        if (~known).any():  # never synchronised: DGL pulls them
+            rows[torch.from_numpy(~known)] = self._pull(ids[torch.from_numpy(~known)])
+        self.counters.add("served_rows", int(known.sum()))
+        return rows
+
+    def _observe(self, ids: np.ndarray, rows: np.ndarray, step: int) -> None:
+        if self.table is None:  # the first sync pull fixes the tracked rows
+            uniq = np.unique(ids)
+            self.table_ids = uniq  # table rows are in sorted-id order
+            self.table = HaloTable(self.client.new_table_id(), uniq, rows.shape[1],
+                                   self.client.edge_counts(uniq), self.client.cfg,
+                                   self.client.agent(), self.counters)
+        pos = np.searchsorted(self.table_ids, ids)
+        pos = np.minimum(pos, self.table_ids.size - 1)
+        known = self.table_ids[pos] == ids
+        full = np.zeros((self.table_ids.size, rows.shape[1]), np.float32)
+        seen = np.zeros(self.table_ids.size, dtype=bool)
+        full[pos[known]] = rows[known]
+        seen[pos[known]] = True
+        self.table.observe(step, full if seen.all() else full[seen],
+                           None if seen.all() else np.flatnonzero(seen))
+
+    def _static(self, ids: torch.Tensor) -> torch.Tensor:
+        missing = [int(i) for i in ids.tolist() if int(i) not in self.static_rows]
+        if missing:
+            rows = self._pull(torch.tensor(missing, dtype=torch.int64))
+            self.static_rows.update(zip(missing, rows))
+        self.counters.add("served_rows", int(ids.numel()) - len(missing))
+        return torch.stack([self.static_rows[int(i)] for i in ids.tolist()])
+
+
+class SNIKVClient:
+    """Sits in front of DGL's KVClient ``pull`` (the trainer's one instance)."""
+
+    def __init__(self, kv, cfg: SNIConfig):
+        self.kv, self.cfg = kv, cfg
+        self.original_pull = kv.pull
+        self.managed = {}
+        self._agent = None
+        self._next_table = 0
+        kv.pull = self.pull  # DistTensor.__getitem__ calls self.kvstore.pull(...)
+
+    def register(self, tensor, created_by_script: bool) -> None:
+        name = tensor.kvstore_key
+        user = tensor.tensor_name
+        static = user in self.cfg.static
+        wanted = user in self.cfg.tensors or static or (created_by_script and not self.cfg.tensors)
+        if wanted and name not in self.managed and self.cfg.enabled:
+            self.managed[name] = _ManagedTensor(self, name, user, static)
+
+    def pull(self, name, id_tensor):
+        managed = self.managed.get(name)
+        if managed is None:
+            return self.original_pull(name, id_tensor)
+        return managed.pull(id_tensor)
+
+    def agent(self):
+        if self._agent is None:
+            self._agent = start_agent(self.cfg.agent)
+        return self._agent
+
+    def new_table_id(self) -> int:
+        self._next_table += 1
+        return self._next_table
+
+    def edge_counts(self, ids: np.ndarray) -> np.ndarray:
+        """Edges from each id into this machine's partition (0 without a DistGraph)."""
+        g = _STATE["graph"]
+        if g is None:
+            return np.zeros(ids.size, np.int64)
+        lg = g.local_partition
+        u, v = lg.edges(form="uv", order="eid")
+        inner = lg.ndata["inner_node"].bool()
+        src = lg.ndata[dgl.NID][u[inner[v] & ~inner[u]]].numpy()
+        uniq, counts = np.unique(src, return_counts=True)
+        out = np.zeros(ids.size, np.int64)
+        if uniq.size:
+            pos = np.minimum(np.searchsorted(uniq, ids), uniq.size - 1)
+            hit = uniq[pos] == ids
+            out[hit] = counts[pos[hit]]
+        return out
+
+    def stats(self) -> dict:
+        return {t.user_name: dict(t.counters.extra) for t in self.managed.values()}
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+
+
+def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
+    """Switch SNI on for this trainer (after ``dgl.distributed.initialize``)."""
+    if isinstance(config, dict):
+        config = SNIConfig.from_dict(config)
+    cfg = (config or SNIConfig.from_env() or SNIConfig()).validate()
+    kv = get_kvstore()
+    if kv is None:
+        raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")
+    if _STATE["client"] is None:
+        _STATE["client"] = SNIKVClient(kv, cfg)
+        _dist_graph.DistTensor = SNIDistTensor  # what DistGraph constructs
+        dgld.DistTensor = SNIDistTensor
+        _wrap_distgraph()
+        atexit.register(_at_exit)
+    else:
+        _STATE["client"].cfg = cfg
+    if graph is not None:
+        _STATE["graph"] = graph
+    return _STATE["client"]
+
+
+def sni_stats() -> dict:
+    """What SNI did for each managed tensor of this trainer (empty when off)."""
+    client = _STATE["client"]
+    return client.stats() if client else {}
+
+
+def _wrap_distgraph() -> None:
+    original = _dist_graph.DistGraph.__init__
+    if getattr(original, "_sni", False):
+        return
+
+    def init(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        _STATE["graph"] = self
+
+    init._sni = True
+    _dist_graph.DistGraph.__init__ = init
+
+
+def _at_exit() -> None:
+    client = _STATE["client"]
+    if client is None:
+        return
+    path = os.environ.get("DGL_SNI_STATS")
+    if path:
+        rank = os.environ.get("RANK", "0")
+        with open(path.replace("{rank}", rank), "w") as fh:
+            json.dump(client.stats(), fh)
+    client.close()
+
+
+def install_autoenable() -> None:
+    """Make ``dgl.distributed.initialize`` call :func:`enable` in trainers (DGL_SNI=1)."""
+    if _STATE["initialize"] is not None:
+        return
+    original = dgld.initialize
+    _STATE["initialize"] = original
+
+    def initialize(*args, **kwargs):
+        result = original(*args, **kwargs)  # servers never return from here
+        if os.environ.get("DGL_ROLE", "client") != "server":
+            enable()
+        return result
+
+    dgld.initialize = initialize

@@ -1,0 +1,89 @@
+"""One exchanged tensor's halo rows on one trainer, as the agent serves them.
+
+:class:`HaloTable` is the trainer-side half of an agent history table: it picks the
+sampled rows (boundary importance), forwards fresh rows to the agent on sync steps,
+asks it for rows on stale steps, and measures how far served rows are from the true
+ones when those are known. Used by :class:`~dgl_sni.sni.exchange.SNIExchange` (one
+table per hidden layer) and by the KVClient switch for stock scripts (one per tensor).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..metrics import Counters
+from .config import SNIConfig
+from .sampling import importance_mask
+
+
+class HaloTable:
+    """Tracked halo rows of one tensor: sampling, agent calls, staleness measurements."""
+
+    def __init__(self, table_id: int, ids: np.ndarray, dim: int, edge_counts: np.ndarray,
+                 cfg: SNIConfig, agent, counters: Counters):
+        self.table_id, self.dim, self.cfg = table_id, dim, cfg
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self.agent, self.counters = agent, counters
+        self.sampled = importance_mask(edge_counts, self.ids, cfg.sampling_ratio)
+        self.num_rows = int(self.ids.size)
+        self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
+        kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
+        params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
+        agent.add_table(table_id, self.num_rows, dim, self.sampled, kind, **params)
+
+    @property
+    def has_history(self) -> bool:
+        return self.synced is not None
+
+    def prefetch(self, step: int) -> None:
+        """Let the agent start computing the rows of ``step`` (returns at once)."""
+        if self.num_rows:
+            self.agent.request(self.table_id, step)
+
+    def served(self, step: int):
+        """Rows and predictor weights the agent serves at ``step`` (waits for them)."""
+        if not self.num_rows:
+            return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
+        rows, weight = self.agent.result(self.table_id, step)
+        predicted = int((weight > 0).sum())
+        self.counters.add("predicted_rows", predicted)
+        self.counters.add("cached_rows", self.num_rows - predicted)
+        return rows, weight
+
+    def preview(self, step: int):
+        """What the agent would serve at ``step``, without advancing any state."""
+        return self.agent.result(self.table_id, step, preview=True)
+
+    def observe(self, step: int, rows: np.ndarray, row_ids: np.ndarray | None = None) -> None:
+        """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``."""
+        if not self.num_rows:
+            return
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        self.agent.observe(self.table_id, step, rows, row_ids)
+        if row_ids is None:
+            self.synced = rows.copy()
+        elif self.synced is not None:
+            self.synced[row_ids] = rows
+
+    def drift(self, step: int) -> np.ndarray:
+        return self.agent.drift(self.table_id, step)
+
+    def measure(self, used: np.ndarray, weight: np.ndarray, true: np.ndarray) -> None:
+        """Add the L2 errors of ``used`` rows and of the cache against ``true`` rows.
+
+        Sums (over rows) go to the counters: all halo rows (``stale_l2``, and the cache's
+        ``cache_l2`` on the same rows) and the rows the predictor refined (weight > 0:
+        ``pred_l2`` vs ``pred_cache_l2``); ``merge_epoch`` turns them into means.
+        """
+        if not self.num_rows or self.synced is None:
+            return
+        err_used = np.linalg.norm(used - true, axis=1)
+        err_cache = np.linalg.norm(self.synced - true, axis=1)
+        c = self.counters
+        c.add("stale_l2_sum", float(err_used.sum()))
+        c.add("cache_l2_sum", float(err_cache.sum()))
+        c.add("stale_l2_n", int(err_used.size))
+        sel = self.sampled
+        if sel.any():
+            c.add("pred_l2_sum", float(err_used[sel].sum()))
+            c.add("pred_cache_l2_sum", float(err_cache[sel].sum()))
+            c.add("pred_l2_n", int(sel.sum()))

@@ -1,0 +1,195 @@
+"""The trainer's handle on its agent.
+
+All clients have one interface: ``add_table``; ``observe`` and ``request`` return at
+once (the agent works while the trainer computes); ``result`` waits for a requested
+step's rows; ``drift`` and ``stats`` wait for their answer. Operations on one agent
+execute in the order they were issued.
+
+* :class:`InlineAgentClient` -- the agent as a thread of the trainer (the compiled
+  predictor releases the GIL); no copies through shared memory.
+* :class:`RemoteAgentClient` -- the agent as another process, over a transport's
+  host endpoint: shared memory on this host (:func:`spawn_agent`), or DOCA on a DPU.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+from .tables import Agent
+from .transport import AgentError, ShmHostEndpoint
+
+
+class InlineAgentClient:
+    """Agent running on a background thread of the trainer process."""
+
+    def __init__(self):
+        self.agent = Agent()
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sni-agent")
+        self._requests = {}
+
+    def add_table(self, table, num_rows, dim, sampled, kind, **params):
+        self._pool.submit(self.agent.add_table, table, num_rows, dim, np.array(sampled), kind,
+                          **params).result()
+
+    def observe(self, table, step, rows, row_ids=None):
+        rows = np.array(rows, dtype=np.float32)  # the caller may reuse its buffer
+        ids = None if row_ids is None else np.array(row_ids, dtype=np.int64)
+        self._pool.submit(lambda: self.agent.table(table).observe(step, rows, ids))
+
+    def request(self, table, step, preview=False):
+        key = (table, step, preview)
+        if key not in self._requests:
+            self._requests[key] = self._pool.submit(
+                lambda: tuple(a.copy() for a in self.agent.table(table).serve(step, preview)))
+
+    def result(self, table, step, preview=False):
+        self.request(table, step, preview)
+        try:
+            return self._requests.pop((table, step, preview)).result()
+        except Exception as err:
+            raise AgentError(str(err)) from err
+
+    def drift(self, table, step):
+        return self._pool.submit(lambda: self.agent.table(table).drift(step).copy()).result()
+
+    def stats(self):
+        return self._pool.submit(self.agent.stats).result()
+
+    def close(self):
+        self._pool.shutdown(wait=True)
+
+
+class RemoteAgentClient:
+    """Agent in another process or on a DPU, reached through a host endpoint."""
+
+    def __init__(self, endpoint, process: subprocess.Popen | None = None):
+        self.endpoint, self.process = endpoint, process
+        self._expected = deque()  # replies the agent owes, in order
+        self._unacked = {}  # table -> observes whose rows the agent has not read yet
+        self._results = {}  # (table, step, preview) -> (rows, weight) copied at arrival
+        self._closed = False
+
+    # -------------------------------------------------------------- replies
+    def _send(self, msg, expect):
+        try:
+            self.endpoint.send(msg)
+        except (BrokenPipeError, ConnectionError, OSError) as err:
+            raise AgentError(self._gone(err)) from err
+        self._expected.append(expect)
+
+    def _gone(self, err) -> str:
+        code = self.process.poll() if self.process is not None else None
+        return f"the agent went away ({err}); exit code {code}" if code is not None else f"the agent went away ({err})"
+
+    def _drain_one(self):
+        try:
+            reply = self.endpoint.recv()
+        except (EOFError, OSError) as err:
+            raise AgentError(self._gone(err)) from err
+        expect = self._expected.popleft()
+        if reply.get("error"):
+            raise AgentError(f"agent failed {expect[0]} on table {expect[1]}: {reply['error']}")
+        if expect[0] == "observe":
+            self._unacked[expect[1]] -= 1
+        elif expect[0] == "serve":
+            # one serve per table is outstanding at a time, so the region holds this one's rows
+            table = expect[1]
+            self._results[expect[1:]] = (self.endpoint.region(table, "served").copy(),
+                                         self.endpoint.region(table, "weight").copy())
+        return expect, reply
+
+    def _wait_for(self, key):
+        while True:
+            expect, reply = self._drain_one()
+            if expect == key:
+                return reply
+
+    # -------------------------------------------------------------- operations
+    def add_table(self, table, num_rows, dim, sampled, kind, **params):
+        regions = self.endpoint.new_table(table, num_rows, dim)
+        self._unacked[table] = 0
+        self._send(dict(op="add_table", table=table, num_rows=num_rows, dim=dim, regions=regions,
+                        sampled=np.asarray(sampled, dtype=bool), kind=kind, params=params),
+                   ("add_table", table, None, None))
+        self._wait_for(("add_table", table, None, None))
+
+    def observe(self, table, step, rows, row_ids=None):
+        while self._unacked[table]:  # the agent still reads the previous rows
+            self._drain_one()
+        count = rows.shape[0]
+        self.endpoint.region(table, "fresh")[:count] = rows
+        if row_ids is not None:
+            self.endpoint.region(table, "ids")[:count] = row_ids
+        self._unacked[table] += 1
+        self._send(dict(op="observe", table=table, step=step, count=count,
+                        partial=row_ids is not None), ("observe", table, step, None))
+
+    def request(self, table, step, preview=False):
+        key = ("serve", table, step, preview)
+        if key in self._expected or key[1:] in self._results:
+            return
+        while any(e[0] == "serve" and e[1] == table for e in self._expected):
+            self._drain_one()
+        self._send(dict(op="serve", table=table, step=step, preview=preview), key)
+
+    def result(self, table, step, preview=False):
+        self.request(table, step, preview)
+        while (table, step, preview) not in self._results:
+            self._drain_one()
+        return self._results.pop((table, step, preview))
+
+    def drift(self, table, step):
+        self._send(dict(op="drift", table=table, step=step), ("drift", table, step, None))
+        self._wait_for(("drift", table, step, None))
+        return self.endpoint.region(table, "drift").copy()
+
+    def stats(self):
+        self._send(dict(op="stats"), ("stats", None, None, None))
+        return self._wait_for(("stats", None, None, None))["stats"]
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            while self._expected:
+                self._drain_one()
+            self.endpoint.send(dict(op="close"))
+        except (AgentError, OSError):
+            pass
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.endpoint.close()
+
+
+def spawn_agent() -> RemoteAgentClient:
+    """Start ``python -m dpu_agent.agent`` beside this trainer (host emulation)."""
+    parent, child = socket.socketpair()
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--fd", str(child.fileno())],
+                            pass_fds=[child.fileno()], env=env)
+    child.close()
+    conn = Connection(parent.detach())
+    return RemoteAgentClient(ShmHostEndpoint(conn), proc)
+
+
+def start_agent(mode: str):
+    """``inline`` (thread) or ``process`` (child process over shared memory)."""
+    if mode == "inline":
+        return InlineAgentClient()
+    if mode == "process":
+        return spawn_agent()
+    raise ValueError(f"unknown agent mode '{mode}': use inline or process")
