@@ -17,7 +17,7 @@ import sys
 import tempfile
 
 from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
-from .config import add_train_arguments, from_args
+from .config import add_train_arguments, from_args, load_sweep
 from .data import FEATURE_NORMS, DatasetError, load_dataset
 from .partition import METHODS, partition
 
@@ -77,8 +77,10 @@ class _ProgressTail:
             event = json.loads(line)
             if event["event"] == "starting" and self.bar is not None:
                 self.bar.set_description("loading partitions")
+            elif event["event"] == "run" and self.bar is not None:
+                self.run = f"run {event['index'] + 1}/{event['count']} "
             elif event["event"] == "epoch" and self.bar is not None:
-                self.bar.set_description(event["mode"])
+                self.bar.set_description(getattr(self, "run", "") + event["mode"])
                 post = dict(loss=f"{event['loss']:.4f}")
                 if "val_acc" in event:
                     post["val"] = f"{event['val_acc']:.3f}"
@@ -129,7 +131,10 @@ def cmd_train(ns) -> int:
         worker = python_cmd("dgl_sni.worker", *cfg.to_argv(), "--part-config", part_config,
                             "--ip-config", os.path.join(run_dir, "ip_config.txt"),
                             "--progress", progress_path)
-        tail = _ProgressTail(progress_path, cfg.epochs, cfg.quiet)
+        runs = load_sweep(cfg.sweep, cfg) if cfg.sweep else [cfg]  # validates the sweep early
+        if cfg.sweep:
+            cfg.sweep = os.path.abspath(cfg.sweep)
+        tail = _ProgressTail(progress_path, sum(r.epochs for r in runs), cfg.quiet)
         try:
             with LocalCluster(cfg.workers, run_dir, mode=mode, bandwidth=cfg.bandwidth,
                               port=cfg.port, master_port=cfg.master_port,
@@ -139,7 +144,9 @@ def cmd_train(ns) -> int:
                 cluster.wait(on_poll=tail.poll, timeout=cfg.timeout)
         finally:
             tail.close()
-        print(_summary_line(tail.summary or {}, cfg.metrics))
+        summary = tail.summary or {}
+        print(_summary_line(summary, cfg.metrics) if "runs" not in summary
+              else f"{summary['runs']} runs done" + (f"; metrics in {cfg.metrics}/" if cfg.metrics else ""))
         return 0
     finally:
         if not keep:

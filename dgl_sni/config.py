@@ -7,6 +7,8 @@ under DGL's own launch tool the worker is started with the flags directly.
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from dataclasses import asdict, dataclass, fields
 
 from .cluster import validate_rate
@@ -67,6 +69,7 @@ class TrainConfig:
     checkpoint_dir: str | None = None
     checkpoint_every: int = 1
     epoch_gate: str | None = None  # benchmarks drive epochs one by one (worker.EpochGate)
+    sweep: str | None = None
 
     def model_config(self) -> ModelConfig:
         return ModelConfig(model=self.model, layers=self.layers, hidden=self.hidden,
@@ -200,6 +203,49 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--checkpoint-every", type=int, default=d.checkpoint_every,
                    help="save a checkpoint every N epochs")
     g.add_argument("--epoch-gate", default=d.epoch_gate, help=argparse.SUPPRESS)
+    g.add_argument("--sweep", default=d.sweep,
+                   help="JSON list of runs (each a dict of model/optimiser/prediction settings) to "
+                        "train one after another on the same cluster; --metrics is then a folder")
+
+
+# settings a sweep run may change; the rest (data, partitioning, cluster) is the session's
+SWEEPABLE = ("model", "layers", "hidden", "heads", "epochs", "lr", "dropout", "weight_decay", "seed",
+             "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor", "stale_grad",
+             "sync_policy", "drift_bound", "measure_staleness", "agent")
+
+
+def load_sweep(path: str, base: TrainConfig) -> list:
+    """The runs of a sweep file: ``base`` with each entry's overrides applied and validated.
+
+    Run ``i`` writes its metrics to ``<base.metrics>/run<i>.json`` (when ``--metrics`` is set).
+    """
+    try:
+        with open(path) as fh:
+            entries = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"--sweep file not found: {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--sweep file {path} is not valid JSON: {err}") from None
+    if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
+        raise ValueError(f"--sweep file {path} must hold a non-empty JSON list of objects")
+    runs = []
+    for index, entry in enumerate(entries):
+        bad = sorted(set(entry) - set(SWEEPABLE))
+        if bad:
+            raise ValueError(f"--sweep run {index} sets {', '.join(bad)}, which a sweep cannot change "
+                             f"(allowed: {', '.join(SWEEPABLE)})")
+        values = base.as_dict()
+        values.update(entry)
+        values["sweep"] = None
+        if base.metrics:
+            values["metrics"] = os.path.join(base.metrics, f"run{index:03d}.json")
+        if base.checkpoint_dir:
+            values["checkpoint_dir"] = os.path.join(base.checkpoint_dir, f"run{index:03d}")
+        try:
+            runs.append(TrainConfig(**values).validate())
+        except ValueError as err:
+            raise ValueError(f"--sweep run {index}: {err}") from None
+    return runs
 
 
 def from_args(ns: argparse.Namespace) -> TrainConfig:

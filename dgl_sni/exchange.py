@@ -26,17 +26,38 @@ def accumulate_push_handler(data_store, name, local_offset, data):
     data_store[name].index_add_(0, local_offset, data.to(data_store[name].dtype))
 
 
+class LayerTensors:
+    """The per-layer embedding and gradient ``DistTensor``s of a job (collective to create).
+
+    One set serves every run of a sweep with the same hidden widths: gradient shards are
+    zeroed after every read and embedding shards are overwritten before every pull.
+    """
+
+    def __init__(self, graph, dims: list, name: str = "sni"):
+        policy = graph.get_node_partition_policy("_N")
+        n = graph.num_nodes()
+        kv = get_kvstore()
+        self.dims = list(dims)
+        self.emb, self.grad = {}, {}
+        for layer, dim in enumerate(dims, start=1):
+            self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                         part_policy=policy)
+            self.grad[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_g{layer}",
+                                          part_policy=policy)
+            kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)
+
+
 class HaloExchange:
     """Moves one trainer's halo rows for every hidden layer; called by the model as ``exchange``.
 
     ``owned_gids``: global (DGL-reshuffled) ids of the trainer's owned nodes, in block
     row order; ``halo_gids``: ids of its halo nodes, in block row order after them.
-    ``dims``: the width of the rows exchanged before layers ``1..L-1``. Creating it is
-    collective (every trainer must construct one with the same dims).
+    ``tensors``: the job's :class:`LayerTensors` (widths of the rows exchanged before
+    layers ``1..L-1``).
     """
 
-    def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor, dims: list,
-                 collective, counters: Counters, name: str = "sni"):
+    def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
+                 tensors: LayerTensors, collective, counters: Counters):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.kv = get_kvstore()
         self.num_owned = int(owned_gids.numel())
@@ -51,14 +72,7 @@ class HaloExchange:
         # one representative row per remote owner, pulled after pushes to flush them
         self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
             if self.owner_machines else torch.empty(0, dtype=torch.int64)
-        n = graph.num_nodes()
-        self.emb, self.grad = {}, {}
-        for layer, dim in enumerate(dims, start=1):
-            self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
-                                         part_policy=policy)
-            self.grad[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_g{layer}",
-                                          part_policy=policy)
-            self.kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)
+        self.emb, self.grad = tensors.emb, tensors.grad
 
     # -------------------------------------------------------------- row movement
     def _write_owned(self, shard: torch.Tensor, rows: torch.Tensor) -> None:

@@ -30,10 +30,10 @@ import dgl
 from .block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
-from .config import add_train_arguments, from_args
+from .config import add_train_arguments, from_args, load_sweep
 from dpu_agent.client import start_agent
 
-from .exchange import HaloExchange
+from .exchange import HaloExchange, LayerTensors
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import NODE_FIELDS, read_meta
 from .sni.exchange import SNIExchange
@@ -133,43 +133,90 @@ def _check_server_port(ip_config: str) -> None:
     check_port_free(ip, port, "DGL server")
 
 
-def run_trainer(ns) -> None:
-    cfg = from_args(ns)
-    counters = Counters()
-    collective = GlooCollective(counters)
-    rank = collective.rank
-    with open(ns.part_config) as fh:
-        graph_name = json.load(fh)["graph_name"]
-    meta = read_meta(ns.part_config)
-    if rank == 0 and ns.progress:
-        _emit(ns.progress, dict(event="starting"))
-    g = dgl.distributed.DistGraph(graph_name, part_config=ns.part_config)
-    orig_path = os.path.join(os.path.dirname(os.path.abspath(ns.part_config)), "orig_nids.npy")
-    orig_nids = np.load(orig_path, mmap_mode="r") if os.path.exists(orig_path) else None
-    view, owned_gids, halo_gids = build_local_view(g, cfg.model, counters, orig_nids)
-    num_classes = meta.get("num_classes")
-    if num_classes is None:  # partitions not made by dgl-sni: largest label over workers
-        num_classes = max(collective.all_gather_object(int(view.labels.max()) + 1))
-    trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
-                               collective=collective, counters=counters)
-    dims = trainer.model.hidden_dims()
-    if cfg.sni_active:
-        block_src = view.block.graph.edges()[0].numpy()
-        edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
-        trainer.exchange = SNIExchange(g, owned_gids, halo_gids, dims, collective, counters,
-                                       cfg.sni_config(), start_agent(cfg.agent), edge_counts)
-    else:
-        trainer.exchange = HaloExchange(g, owned_gids, halo_gids, dims, collective, counters)
-    setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
-                 local_edges=view.block.num_edges)
-    setups = collective.all_gather_object(setup)
+class WorkerSession:
+    """One trainer's loaded job: graph, collective, blocks and exchange tensors.
 
-    progress = _Progress(cfg, ns.progress) if rank == 0 else None
-    gate = EpochGate(cfg.epoch_gate, collective) if cfg.epoch_gate else None
-    epochs = []
-    for epoch in range(cfg.epochs):
-        if gate is not None and not gate.wait():
-            break
+    Everything expensive happens once (DGL start-up, loading the partition, pulling halo
+    features); :meth:`run` then trains one configuration, so a sweep of runs shares it.
+    """
+
+    def __init__(self, ns):
+        self.ns = ns
+        self.counters = Counters()
+        self.collective = GlooCollective(self.counters)
+        self.rank = self.collective.rank
+        with open(ns.part_config) as fh:
+            graph_name = json.load(fh)["graph_name"]
+        self.meta = read_meta(ns.part_config)
+        if self.rank == 0 and ns.progress:
+            _emit(ns.progress, dict(event="starting"))
+        self.g = dgl.distributed.DistGraph(graph_name, part_config=ns.part_config)
+        orig_path = os.path.join(os.path.dirname(os.path.abspath(ns.part_config)), "orig_nids.npy")
+        self.orig_nids = np.load(orig_path, mmap_mode="r") if os.path.exists(orig_path) else None
+        self._views, self._tensors = {}, {}
+
+    def view(self, model: str):
+        """(view, owned, halo) for ``model``'s block shape (self loops or not), built once."""
+        key = model in MODELS_WITH_SELF_LOOPS
+        if key not in self._views:
+            self._views[key] = build_local_view(self.g, model, self.counters, self.orig_nids)
+        return self._views[key]
+
+    def tensors(self, dims: list) -> LayerTensors:
+        key = tuple(dims)
+        if key not in self._tensors:
+            self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}")
+        return self._tensors[key]
+
+    def num_classes(self, view) -> int:
+        num_classes = self.meta.get("num_classes")
+        if num_classes is None:  # partitions not made by dgl-sni: largest label over workers
+            num_classes = max(self.collective.all_gather_object(int(view.labels.max()) + 1))
+        return num_classes
+
+    def run(self, cfg, progress=None) -> dict | None:
+        """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
+        collective, counters, rank = self.collective, self.counters, self.rank
+        view, owned_gids, halo_gids = self.view(cfg.model)
+        trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], self.num_classes(view),
+                                   collective=collective, counters=counters)
+        tensors = self.tensors(trainer.model.hidden_dims())
+        if cfg.sni_active:
+            block_src = view.block.graph.edges()[0].numpy()
+            edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
+            trainer.exchange = SNIExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
+                                           cfg.sni_config(), start_agent(cfg.agent), edge_counts)
+        else:
+            trainer.exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
+        setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
+                     local_edges=view.block.num_edges)
+        setups = collective.all_gather_object(setup)
+        gate = EpochGate(cfg.epoch_gate, collective) if cfg.epoch_gate else None
+        epochs = []
+        try:
+            for epoch in range(cfg.epochs):
+                if gate is not None and not gate.wait():
+                    break
+                rec = self._epoch(trainer, cfg, epoch, gate)
+                merged = merge_epoch(collective.all_gather_object(rec))
+                epochs.append(merged)
+                if progress:
+                    progress.update(merged)
+        finally:
+            close = getattr(trainer.exchange, "close", None)
+            if close is not None:
+                close()
+        rss = collective.all_gather_object(peak_rss_mb())
+        if rank != 0:
+            return None
+        summary = summarize(epochs, rss)
+        summary["workers"] = [dict(s, peak_rss_mb=r) for s, r in zip(setups, rss)]
+        if cfg.metrics:
+            write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
+        return summary
+
+    def _epoch(self, trainer, cfg, epoch: int, gate) -> dict:
+        counters = self.counters
         rec = trainer.train_epoch(epoch)
         if gate is not None:
             gate.done()
@@ -184,24 +231,26 @@ def run_trainer(ns) -> None:
         end_epoch = getattr(trainer.exchange, "end_epoch", None)
         if end_epoch is not None:
             rec.update(end_epoch())
-        if rank == 0 and cfg.checkpoint_dir and (epoch + 1) % cfg.checkpoint_every == 0:
+        if self.rank == 0 and cfg.checkpoint_dir and (epoch + 1) % cfg.checkpoint_every == 0:
             os.makedirs(cfg.checkpoint_dir, exist_ok=True)
             trainer.save_checkpoint(os.path.join(cfg.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
-        merged = merge_epoch(collective.all_gather_object(rec))
-        epochs.append(merged)
+        return rec
+
+
+def run_trainer(ns) -> None:
+    """Train the configuration in ``ns``, or every run of ``--sweep``, in one session."""
+    base = from_args(ns)
+    runs = load_sweep(base.sweep, base) if base.sweep else [base]
+    session = WorkerSession(ns)
+    progress = _Progress(sum(r.epochs for r in runs), base.quiet, ns.progress) if session.rank == 0 else None
+    summaries = []
+    for index, cfg in enumerate(runs):
         if progress:
-            progress.update(merged)
-    close = getattr(trainer.exchange, "close", None)
-    if close is not None:
-        close()
-    rss = collective.all_gather_object(peak_rss_mb())
-    if rank == 0:
-        summary = summarize(epochs, rss)
-        summary["workers"] = [dict(s, peak_rss_mb=r) for s, r in zip(setups, rss)]
-        if cfg.metrics:
-            write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=meta)
-        progress.close(summary)
-    collective.barrier()
+            progress.begin_run(index, len(runs))
+        summaries.append(session.run(cfg, progress))
+    if progress:
+        progress.close(summaries[0] if len(summaries) == 1 else dict(runs=len(summaries)))
+    session.collective.barrier()
 
 
 class EpochGate:
@@ -238,11 +287,15 @@ def _emit(path: str, obj: dict) -> None:
 class _Progress:
     """Rank 0's per-epoch output: JSON lines for the launcher, or a tqdm line of its own."""
 
-    def __init__(self, cfg, path):
+    def __init__(self, total_epochs: int, quiet: bool, path):
         self.path, self.bar = path, None
-        if path is None and not cfg.quiet:
+        if path is None and not quiet:
             from tqdm import tqdm
-            self.bar = tqdm(total=cfg.epochs, desc="train", unit="epoch", file=sys.stderr)
+            self.bar = tqdm(total=total_epochs, desc="train", unit="epoch", file=sys.stderr)
+
+    def begin_run(self, index: int, count: int) -> None:
+        if self.path and count > 1:
+            _emit(self.path, dict(event="run", index=index, count=count))
 
     def update(self, rec: dict) -> None:
         if self.path:

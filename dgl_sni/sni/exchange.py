@@ -23,15 +23,15 @@ from .table import HaloTable
 class SNIExchange(HaloExchange):
     """Sync/stale halo exchange; one agent table per hidden layer."""
 
-    def __init__(self, graph, owned_gids, halo_gids, dims, collective, counters, cfg: SNIConfig,
-                 agent, edge_counts: np.ndarray, name: str = "sni"):
-        super().__init__(graph, owned_gids, halo_gids, dims, collective, counters, name=name)
+    def __init__(self, graph, owned_gids, halo_gids, tensors, collective, counters, cfg: SNIConfig,
+                 agent, edge_counts: np.ndarray):
+        super().__init__(graph, owned_gids, halo_gids, tensors, collective, counters)
         self.cfg = cfg
         self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)
         self.agent = agent
         ids = self.halo_gids.numpy()
         self.tables = {layer: HaloTable(layer, ids, dim, edge_counts, cfg, agent, counters)
-                       for layer, dim in enumerate(dims, start=1)}
+                       for layer, dim in enumerate(tensors.dims, start=1)}
         self.step, self.mode, self.training = 0, "sync", True
         self._predictor_s = 0.0
 
