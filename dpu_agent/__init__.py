@@ -1,1 +1,2 @@
 """The agent beside each trainer: predictor core (C++), its bindings, and the agent process."""
+from dpu_agent.predictor import GatedPredictor, HoltPredictor, TrendPredictor  # noqa: E402,F401

@@ -198,6 +198,16 @@ class NumpyTrendPredictor(_TrendState):
         self._trend_update(ids, t, x_last, x_new, dt, first)
         return _into(out, res)
 
+    def peek(self, ids, t, out=None):
+        """``step(ids, t)`` without observations, read-only (nothing fed back)."""
+        ids = _check_ids(ids, self.num_nodes, "peek")
+        t = _check_time(t)
+        self._require_observed(ids, "peek")
+        head = self.head[ids]
+        dt = t - self.tau[ids, head]
+        cv = (dt * np.exp(-self.beta * dt) / np.maximum(self.D[ids].astype(np.float64), self.eps))
+        return _into(out, (self.H[ids, head] + self.N[ids] * cv.astype(F32)[:, None]).astype(F32))
+
     def predict_window(self, ids, t, alpha=0.3, scale=5.0, lam_pred=0.2, out=None):
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale}")
