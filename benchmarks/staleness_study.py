@@ -46,11 +46,16 @@ def main():
     parser.add_argument("--seeds", default="0,1")
     parser.add_argument("--epochs", type=int, default=300)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--dropouts", default=",".join(map(str, DROPOUTS)))
+    parser.add_argument("--intervals", default=",".join(map(str, INTERVALS)))
+    parser.add_argument("--ratios", default=",".join(map(str, RATIOS)))
+    parser.add_argument("--predictors", default=",".join(PREDICTORS))
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    grid = [dict(dropout=d, sync_interval=e, sampling_ratio=r, predictor=p)
-            for d in DROPOUTS for e in INTERVALS for r in RATIOS for p in PREDICTORS]
+    grid = [dict(dropout=float(d), sync_interval=int(e), sampling_ratio=float(r), predictor=p)
+            for d in args.dropouts.split(",") for e in args.intervals.split(",")
+            for r in args.ratios.split(",") for p in args.predictors.split(",")]
     table = []
     for dataset in args.datasets.split(","):
         print(f"{dataset}: {len(grid) * len(seeds)} runs", flush=True)
@@ -81,12 +86,12 @@ def targets(table):
     worst = max(gated, key=lambda r: r["ratio_mean"])
     worst_seed = max(gated, key=lambda r: r["ratio_max"])
     e5 = [r for r in gated if r["dropout"] == 0.0 and r["sync_interval"] == 5]
-    best_e5 = {d: min(r["ratio_mean"] for r in e5 if r["dataset"] == d) for d in {r["dataset"] for r in e5}}
+    worst_e5 = {d: max(r["ratio_mean"] for r in e5 if r["dataset"] == d) for d in {r["dataset"] for r in e5}}
     return dict(gated_worst_mean=worst["ratio_mean"], gated_worst_mean_at=_where(worst),
                 gated_worst_seed=worst_seed["ratio_max"], gated_worst_seed_at=_where(worst_seed),
                 mean_le_1_02=worst["ratio_mean"] <= 1.02, seeds_le_1_05=worst_seed["ratio_max"] <= 1.05,
-                gated_dropout0_e5_best=best_e5,
-                dropout0_e5_le_0_65={d: v <= 0.65 for d, v in best_e5.items()})
+                gated_dropout0_e5_worst_over_ratios=worst_e5,
+                dropout0_e5_le_0_65={d: v <= 0.65 for d, v in worst_e5.items()})
 
 
 def _where(r):

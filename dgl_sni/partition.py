@@ -21,9 +21,11 @@ import torch
 import dgl_sni  # noqa: F401
 import dgl
 
+from patches.partition_assignment import fixed_assignment
+
 from .data import DatasetError, GraphData
 
-METHODS = ("metis", "random")
+METHODS = ("metis", "random", "switching")
 NODE_FIELDS = ("features", "labels", "train_mask", "val_mask", "test_mask", "in_deg", "out_deg")
 META_FILE = "sni_meta.json"
 
@@ -83,7 +85,11 @@ def cut_stats(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: in
 
 def partition(data: GraphData, num_parts: int, out_dir: str, method: str = "metis",
               graph_name: str | None = None, quiet: bool = True) -> str:
-    """Write ``num_parts`` partitions of ``data`` to ``out_dir``; return the config JSON path."""
+    """Write ``num_parts`` partitions of ``data`` to ``out_dir``; return the config JSON path.
+
+    ``metis`` and ``random`` are DGL's own; ``switching`` is the label-propagation
+    partitioner of :mod:`storage_tier.partitioner` (its assignment, DGL's format).
+    """
     if method not in METHODS:
         raise ValueError(f"unknown partition method '{method}': choose one of {', '.join(METHODS)}")
     if num_parts < 1:
@@ -92,27 +98,50 @@ def partition(data: GraphData, num_parts: int, out_dir: str, method: str = "meti
         raise DatasetError(
             f"cannot split {data.num_nodes} nodes into {num_parts} partitions: "
             "--workers must not exceed the number of nodes")
+    if method == "switching":
+        from storage_tier.partitioner import partition_to_dgl
+        return partition_to_dgl(data, num_parts, out_dir, graph_name, quiet)
+    return write_partitions(data, num_parts, out_dir, method, graph_name, quiet)
+
+
+def write_partitions(data: GraphData, num_parts: int, out_dir: str, method: str,
+                     graph_name: str | None = None, quiet: bool = True,
+                     assignment: np.ndarray | None = None, extra_meta: dict | None = None) -> str:
+    """Run DGL's ``partition_graph`` (METIS, random, or the given ``assignment``) and add
+    ``orig_nids.npy`` and ``sni_meta.json``; returns the config path."""
     graph_name = graph_name or data.name
     os.makedirs(out_dir, exist_ok=True)
     g = to_dgl_graph(data)
+    dgl_method = "random" if assignment is not None else method
     start = time.perf_counter()
-    with _silenced() if quiet else contextlib.nullcontext():
+    with contextlib.ExitStack() as stack:
+        if quiet:
+            stack.enter_context(_silenced())
+        if assignment is not None:
+            stack.enter_context(fixed_assignment(assignment))
         orig_nids, _ = dgl.distributed.partition_graph(
-            g, graph_name, num_parts, out_dir, num_hops=1, part_method=method,
-            balance_edges=method == "metis", return_mapping=True)
+            g, graph_name, num_parts, out_dir, num_hops=1, part_method=dgl_method,
+            balance_edges=dgl_method == "metis", return_mapping=True)
     seconds = time.perf_counter() - start
     orig_nids = orig_nids.numpy()
     np.save(os.path.join(out_dir, "orig_nids.npy"), orig_nids)
     config_path = os.path.join(out_dir, f"{graph_name}.json")
     with open(config_path) as fh:
-        node_map = json.load(fh)["node_map"]["_N"]
+        config = json.load(fh)
     parts = np.empty(data.num_nodes, dtype=np.int64)
-    for pid, (lo, hi) in enumerate(node_map):
+    for pid, (lo, hi) in enumerate(config["node_map"]["_N"]):
         parts[orig_nids[lo:hi]] = pid
+    if assignment is not None:
+        if not np.array_equal(parts, assignment):
+            raise RuntimeError("DGL wrote a different assignment than the one given")
+        config["part_method"] = method
+        with open(config_path, "w") as fh:
+            json.dump(config, fh, sort_keys=True, indent=4)
     meta = dict(dataset=data.name, dataset_meta=data.meta, num_nodes=data.num_nodes,
                 num_edges=data.num_edges, num_classes=data.num_classes, feat_dim=data.feat_dim,
                 num_parts=num_parts, method=method, seconds=seconds,
                 num_train=int(data.train_idx.size), **cut_stats(data.src, data.dst, parts, num_parts))
+    meta.update(extra_meta or {})  # e.g. the assignment's own time and iterations
     with open(os.path.join(out_dir, META_FILE), "w") as fh:
         json.dump(meta, fh, indent=1)
     return config_path

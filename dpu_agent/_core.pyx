@@ -444,7 +444,7 @@ cdef class GatedPredictor:
     ``serve(ids, t) -> (rows, w)``, read-only: ``dt = min(t - t_last, max_horizon)``,
     ``v = N/max(D, eps)`` scaled down to norm ``trend_cap*s`` if longer,
     ``p = c + v*dt*exp(-beta*dt)``, ``w = clip(A/B, 0, 1)*(1 - margin)`` if
-    ``n_cmp >= min_compare``, ``B > 0`` and ``Ep < Ec``, else 0; ``rows = c + w*(p - c)``.
+    ``n_cmp >= min_compare``, ``B > 0`` and ``Ep < (1 - margin) * Ec``, else 0; ``rows = c + w*(p - c)``.
     """
     cdef CGated* c
     cdef _Buffers buf

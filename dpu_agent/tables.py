@@ -29,7 +29,7 @@ def make_predictor(kind: str, num_rows: int, dim: int, window: int, beta: float,
     if kind == "linear-trend":
         return _core.TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
     if kind == "gated":
-        return _core.GatedPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
+        return _core.GatedPredictor(num_rows, dim, window=window, beta=0.0, lam=lam)
     if kind == "holt":
         return _core.HoltPredictor(num_rows, dim)
     raise ValueError(f"unknown predictor '{kind}': choose one of {', '.join(KINDS)}")

@@ -323,7 +323,7 @@ class NumpyGatedPredictor(_TrendState):
 
     def _weight(self, ids):
         B = self.B[ids].astype(np.float64)
-        ok = (self.n_cmp[ids] >= self.min_compare) & (B > 0) & (self.Ep[ids] < self.Ec[ids])
+        ok = (self.n_cmp[ids] >= self.min_compare) & (B > 0) & (self.Ep[ids] < (1.0 - self.margin) * self.Ec[ids])
         ratio = self.A[ids].astype(np.float64) / np.where(B > 0, B, 1.0)
         return np.where(ok, np.clip(ratio, 0.0, 1.0) * (1.0 - self.margin), 0.0)
 

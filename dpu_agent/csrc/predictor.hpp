@@ -568,7 +568,10 @@ inline void set_ncmp(float* hf, uint32_t v) { std::memcpy(hf + kNcmp, &v, 4); }
 
 inline double gate_weight(const float* hf, const GateParams& P) {
     const double B = hf[kB];
-    if (get_ncmp(hf) < static_cast<uint64_t>(P.min_compare) || !(B > 0.0) || !(hf[kEp] < hf[kEc])) return 0.0;
+    // confidence test: the prediction must have beaten the cache by the margin on average
+    if (get_ncmp(hf) < static_cast<uint64_t>(P.min_compare) || !(B > 0.0) ||
+        !(hf[kEp] < (1.0 - P.margin) * hf[kEc]))
+        return 0.0;
     return std::min(std::max(static_cast<double>(hf[kA]) / B, 0.0), 1.0) * (1.0 - P.margin);
 }
 
