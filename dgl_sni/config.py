@@ -190,7 +190,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sync-policy", default=d.sync_policy, choices=SYNC_POLICIES,
                    help="adaptive: on stale epochs also pull rows whose predicted drift is large")
     g.add_argument("--drift-bound", type=float, default=d.drift_bound,
-                   help="adaptive: relative drift above which a row is pulled")
+                   help="adaptive: pull a row when its predicted drift exceeds this fraction of the mean row norm")
     g.add_argument("--measure-staleness", action="store_true",
                    help="also pull true halo rows on stale epochs, for measurement only")
     g.add_argument("--agent", default=d.agent, choices=AGENT_MODES,

@@ -29,6 +29,8 @@ def make_predictor(kind: str, num_rows: int, dim: int, window: int, beta: float,
     if kind == "linear-trend":
         return _core.TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
     if kind == "gated":
+        # no horizon damping: the gate's learned gain (least squares against past syncs)
+        # decides how much of the linear extrapolation to trust, the same at every horizon
         return _core.GatedPredictor(num_rows, dim, window=window, beta=0.0, lam=lam)
     if kind == "holt":
         return _core.HoltPredictor(num_rows, dim)
@@ -131,9 +133,11 @@ class HistoryTable:
         return served, weight
 
     def drift(self, step: float) -> np.ndarray:
-        """Predicted relative drift of every row since its last observation (adaptive policy)."""
-        norm = np.linalg.norm(self.cache, axis=1)
-        drift = self.speed * np.maximum(step - self.t_obs, 0.0) / np.maximum(norm, 1e-12)
+        """Predicted drift of every row since its last observation (adaptive policy):
+        speed x steps since observed, relative to the table's mean row norm (so rows near
+        zero do not look infinitely stale)."""
+        scale = max(float(np.linalg.norm(self.cache, axis=1).mean()), 1e-12)
+        drift = self.speed * np.maximum(step - self.t_obs, 0.0) / scale
         return drift.astype(np.float32)
 
 

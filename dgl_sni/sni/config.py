@@ -27,7 +27,7 @@ class SNIConfig:
     predictor: str = "gated"
     stale_grad: str = "exchange"
     sync_policy: str = "fixed"
-    drift_bound: float = 0.05  # adaptive: sync rows whose predicted drift / row norm exceeds this
+    drift_bound: float = 0.05  # adaptive: pull rows whose predicted drift / mean row norm exceeds this
     measure_staleness: bool = False
     agent: str = "process"
     # stock-script switch (kvstore.enable): which DistTensors SNI serves

@@ -1,0 +1,53 @@
+"""dgl-sni train with stale epochs: what crosses the network, what the agent serves."""
+import pytest
+
+from conftest import needs_netns, read_metrics, run_cli
+
+
+def _train(tmp_path, small_graph_npz, *extra, epochs=10):
+    out = tmp_path / "m.json"
+    run_cli("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", epochs,
+            "--warmup", 2, "--sync-interval", 4, "--quiet", "--metrics", out, *extra)
+    m = read_metrics(out)
+    halo = sum(w["halo_nodes"] for w in m["summary"]["workers"])
+    return m["epochs"], halo
+
+
+@needs_netns
+def test_stale_epochs_pull_nothing_and_serve_every_halo_row(tmp_path, small_graph_npz):
+    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--sampling-ratio", 0.3,
+                          "--stale-grad", "skip", "--measure-staleness", "--dropout", 0)
+    modes = [e["mode"] for e in epochs]
+    assert modes == ["sync", "sync", "sync", "stale", "stale", "stale", "sync", "stale", "stale", "stale"]
+    for e in epochs[1:]:
+        if e["mode"] == "stale":
+            assert e["bytes_recv"] == 0 and e["bytes_sent"] == 0  # no embeddings, no gradients
+            assert e["predicted_rows"] + e["cached_rows"] == 2 * halo  # 2 hidden layers
+            assert e["measure_bytes"] > 0 and e["staleness_l2"] > 0  # measured apart
+        else:
+            assert e["bytes_recv"] > 0 and e["bytes_sent"] > 0
+    # without dropout the cache's error grows with staleness (1 then 3 steps old)
+    stale = [e for e in epochs if e["mode"] == "stale"]
+    assert stale[0]["cache_l2"] < stale[2]["cache_l2"]
+
+
+@needs_netns
+def test_stale_gradients_are_exchanged_by_default(tmp_path, small_graph_npz):
+    epochs, _ = _train(tmp_path, small_graph_npz, "--predictor", "cache")
+    assert all(e["bytes_sent"] > 0 for e in epochs)
+    assert all(e["bytes_recv"] == 0 for e in epochs if e["mode"] == "stale")
+    assert all(e.get("predicted_rows", 0) == 0 for e in epochs)  # cache never predicts
+
+
+@needs_netns
+@pytest.mark.parametrize("bound, expect_pull", [(1e9, False), (1e-9, True)])
+def test_adaptive_policy_pulls_only_drifting_rows(tmp_path, small_graph_npz, bound, expect_pull):
+    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--sync-policy", "adaptive",
+                          "--drift-bound", bound)
+    stale = [e for e in epochs if e["mode"] == "stale"]
+    pulled = [e["adaptive_rows"] for e in stale]
+    if expect_pull:  # every row that moved at all is pulled (dead all-zero rows need not be)
+        assert all(p > 0.5 * 2 * halo for p in pulled)
+        assert all(e["bytes_recv"] > 0 for e in stale)
+    else:
+        assert pulled == [0] * len(stale) and all(e["bytes_recv"] == 0 for e in stale)
