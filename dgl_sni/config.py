@@ -63,6 +63,8 @@ class TrainConfig:
     drift_bound: float = 0.05
     measure_staleness: bool = False
     agent: str = "process"
+    doca_pci: str = ""
+    doca_name: str = ""
     # output
     quiet: bool = False
     metrics: str | None = None
@@ -80,7 +82,8 @@ class TrainConfig:
         return SNIConfig(sync_interval=self.sync_interval, sampling_ratio=self.sampling_ratio,
                          warmup=self.warmup, predictor=self.predictor, stale_grad=self.stale_grad,
                          sync_policy=self.sync_policy, drift_bound=self.drift_bound,
-                         measure_staleness=self.measure_staleness, agent=self.agent).validate()
+                         measure_staleness=self.measure_staleness, agent=self.agent,
+                         doca_pci=self.doca_pci, doca_name=self.doca_name).validate()
 
     @property
     def sni_active(self) -> bool:
@@ -194,7 +197,10 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--measure-staleness", action="store_true",
                    help="also pull true halo rows on stale epochs, for measurement only")
     g.add_argument("--agent", default=d.agent, choices=AGENT_MODES,
-                   help="process: agent beside the trainer (shared memory); inline: a thread")
+                   help="process: agent beside the trainer (shared memory); inline: a thread; "
+                        "doca: the agent on the BlueField (Comch + DMA); doca-local: a DOCA agent started here")
+    g.add_argument("--doca-pci", default=d.doca_pci, help="agent doca: PCI address of the BlueField")
+    g.add_argument("--doca-name", default=d.doca_name, help="agent doca: Comch service name of the agent")
     g = parser.add_argument_group("output")
     g.add_argument("--quiet", action="store_true", help="no progress line")
     g.add_argument("--metrics", default=d.metrics, help="write the metrics JSON here")

@@ -31,8 +31,6 @@ from .block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep
-from dpu_agent.client import start_agent
-
 from .exchange import HaloExchange, LayerTensors
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import NODE_FIELDS, read_meta
@@ -184,8 +182,9 @@ class WorkerSession:
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
+            sni = cfg.sni_config()
             trainer.exchange = SNIExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                           cfg.sni_config(), start_agent(cfg.agent), edge_counts)
+                                           sni, sni.start_agent(), edge_counts)
         else:
             trainer.exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),

@@ -186,10 +186,40 @@ def spawn_agent() -> RemoteAgentClient:
     return RemoteAgentClient(ShmHostEndpoint(conn), proc)
 
 
-def start_agent(mode: str):
-    """``inline`` (thread) or ``process`` (child process over shared memory)."""
+def connect_doca(pci: str, name: str, spawn: bool = False) -> RemoteAgentClient:
+    """Reach the agent over DOCA (Comch + DMA) at device ``pci``, Comch service ``name``.
+
+    On a BlueField the agent runs on the DPU (``sni-agent --doca --pci ... --name ...``)
+    and this connects to it. ``spawn`` starts that agent process here instead (host
+    emulation of the DPU path, as the tests do with the simulated SDK).
+    """
+    from .doca import DocaHostEndpoint
+    proc = None
+    if spawn:
+        env = dict(os.environ)
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--doca", "--pci", pci,
+                                 "--name", name], env=env)
+    try:
+        return RemoteAgentClient(DocaHostEndpoint(pci, name), proc)
+    except BaseException:
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        raise
+
+
+def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None):
+    """``inline`` (thread), ``process`` (child process over shared memory), ``doca`` (the
+    agent on the DPU) or ``doca-local`` (a DOCA agent process started here)."""
     if mode == "inline":
         return InlineAgentClient()
     if mode == "process":
         return spawn_agent()
-    raise ValueError(f"unknown agent mode '{mode}': use inline or process")
+    if mode in ("doca", "doca-local"):
+        if not doca_pci:
+            raise ValueError("agent mode 'doca' needs the device's PCI address (--doca-pci)")
+        name = doca_name or f"sni-agent-{os.environ.get('RANK', '0')}-{os.getpid()}"
+        return connect_doca(doca_pci, name, spawn=mode == "doca-local")
+    raise ValueError(f"unknown agent mode '{mode}': use inline, process, doca or doca-local")

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, field, fields
 PREDICTORS = ("none", "cache", "linear-trend", "gated", "holt")
 STALE_GRAD = ("exchange", "skip")
 SYNC_POLICIES = ("fixed", "adaptive")
-AGENT_MODES = ("process", "inline")
+AGENT_MODES = ("process", "inline", "doca", "doca-local")
 
 
 @dataclass
@@ -30,6 +30,8 @@ class SNIConfig:
     drift_bound: float = 0.05  # adaptive: pull rows whose predicted drift / mean row norm exceeds this
     measure_staleness: bool = False
     agent: str = "process"
+    doca_pci: str = ""  # agent "doca": PCI address of the BlueField as this host sees it
+    doca_name: str = ""  # agent "doca": Comch service name of the agent (default per trainer)
     # stock-script switch (kvstore.enable): which DistTensors SNI serves
     tensors: list = field(default_factory=list)  # names; empty = every tensor created after enable
     static: list = field(default_factory=list)  # read-only tensors: cached after the first pull
@@ -53,6 +55,8 @@ class SNIConfig:
             (self.agent in AGENT_MODES, f"agent must be one of {', '.join(AGENT_MODES)}"),
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
+            (not self.agent.startswith("doca") or bool(self.doca_pci),
+             "agent mode doca needs the device's PCI address (--doca-pci / doca_pci)"),
         ]
         for ok, message in checks:
             if not ok:
@@ -69,6 +73,11 @@ class SNIConfig:
         if unknown:
             raise ValueError(f"unknown SNI setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
         return cls(**values).validate()
+
+    def start_agent(self):
+        """A client for this configuration's agent (see :func:`dpu_agent.client.start_agent`)."""
+        from dpu_agent.client import start_agent
+        return start_agent(self.agent, self.doca_pci or None, self.doca_name or None)
 
     @classmethod
     def from_file(cls, path: str) -> "SNIConfig":

@@ -34,8 +34,6 @@ from dgl.distributed import dist_graph as _dist_graph
 from dgl.distributed import dist_tensor as _dist_tensor
 from dgl.distributed.kvstore import get_kvstore
 
-from dpu_agent.client import start_agent
-
 from ..metrics import Counters
 from .config import SNIConfig
 from .schedule import SyncSchedule
@@ -175,7 +173,7 @@ class SNIKVClient:
 
     def agent(self):
         if self._agent is None:
-            self._agent = start_agent(self.cfg.agent)
+            self._agent = self.cfg.start_agent()
         return self._agent
 
     def new_table_id(self) -> int:

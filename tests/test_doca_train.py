@@ -1,0 +1,47 @@
+"""Training with the agent reached over the DOCA path (simulated SDK).
+
+The DOCA transport moves bit-identical rows (tests/test_doca_path.py); here a whole
+training run uses it. Two runs of the same job are not bitwise reproducible (float
+sums in DGL's kernels), and the gate's thresholds amplify last-bit differences, so
+the runs are compared with a tolerance.
+"""
+import importlib.util
+import os
+
+import pytest
+
+from conftest import ROOT, needs_netns, read_metrics, run_cli
+
+
+@pytest.fixture(scope="module")
+def doca_lib(tmp_path_factory):
+    spec = importlib.util.spec_from_file_location("doca_sim_build", os.path.join(ROOT, "tests", "doca_sim", "build.py"))
+    builder = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(builder)
+    if builder.compiler() is None:
+        pytest.skip("gcc is not available to build the simulated DOCA SDK")
+    return builder.build(str(tmp_path_factory.mktemp("doca_sim")))
+
+
+@needs_netns
+def test_training_over_doca_agent_matches_process_agent(tmp_path, small_graph_npz, doca_lib):
+    common = ("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", 9,
+              "--warmup", 2, "--sync-interval", 3, "--predictor", "gated", "--sampling-ratio", 0.5,
+              "--quiet")
+    run_cli(*common, "--agent", "process", "--metrics", tmp_path / "shm.json")
+    run_cli(*common, "--agent", "doca-local", "--doca-pci", "03:00.0", "--metrics", tmp_path / "doca.json",
+            env=dict(DOCA_LIB_DIR=doca_lib))
+    shm, doca = read_metrics(tmp_path / "shm.json"), read_metrics(tmp_path / "doca.json")
+    halo = sum(w["halo_nodes"] for w in doca["summary"]["workers"])
+    assert [e["mode"] for e in doca["epochs"]] == [e["mode"] for e in shm["epochs"]]
+    stale = [e for e in doca["epochs"] if e["mode"] == "stale"]
+    assert stale and all(e["bytes_recv"] == 0 for e in stale)  # rows came over DOCA, not DGL
+    assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halo for e in stale)
+    assert any(e["predicted_rows"] > 0 for e in stale)
+    for a, b in zip(shm["epochs"], doca["epochs"]):
+        assert a["loss"] == pytest.approx(b["loss"], abs=2e-2)
+
+
+def test_doca_agent_needs_a_device_address():
+    proc = run_cli("train", "--agent", "doca", "--sync-interval", 5, "--quiet", "--epochs", 1, check=False)
+    assert proc.returncode == 2 and "needs the device's PCI address" in proc.stderr
