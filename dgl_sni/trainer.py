@@ -49,7 +49,50 @@ class LocalView:
     test_mask: torch.Tensor
 
 
-class FullGraphTrainer:
+class TrainerBase:
+    """What every full-graph trainer shares: gradient all-reduce, the exchange's step
+    announcements, accuracy bookkeeping and checkpoints.
+
+    Subclasses (:class:`FullGraphTrainer`, :class:`storage_tier.engine.TierTrainer`) set
+    ``model``, ``optimizer``, ``params``, ``collective``, ``exchange``, ``global_counts``.
+    """
+
+    def _all_reduce_gradients(self) -> None:
+        """Sum weight gradients over workers (one flat all-reduce)."""
+        if self.collective.world_size == 1:
+            return
+        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
+        self.collective.all_reduce(flat)
+        offset = 0
+        for p in self.params:
+            n = p.numel()
+            p.grad.copy_(flat[offset: offset + n].view_as(p))
+            offset += n
+
+    def _begin(self, step: int, training: bool) -> str:
+        """Tell a stepping exchange (SNI) which step a forward pass belongs to."""
+        begin = getattr(self.exchange, "begin_step", None)
+        return begin(step, training) if begin is not None else "sync"
+
+    def _accuracies(self, correct: torch.Tensor) -> dict:
+        """Train/val/test accuracy from this worker's correct counts (float64 [3])."""
+        self.collective.all_reduce(correct)
+        acc = (correct / self.global_counts.clamp(min=1)).tolist()
+        return dict(eval_train_acc=acc[0], val_acc=acc[1], test_acc=acc[2])
+
+    def save_checkpoint(self, path: str, epoch: int) -> None:
+        """Write weights and optimiser state atomically (the previous file stays intact on error)."""
+        tmp = f"{path}.tmp"
+        torch.save(dict(epoch=epoch, model=self.model.state_dict(),
+                        optimizer=self.optimizer.state_dict()), tmp)
+        os.replace(tmp, path)
+
+    def state(self) -> dict:
+        """Current weights by parameter name (for comparisons and checkpoints)."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+
+class FullGraphTrainer(TrainerBase):
     """Runs full-graph epochs (forward, backward, all-reduce, Adam step, evaluation)."""
 
     def __init__(self, cfg: ModelConfig, view: LocalView, in_dim: int, num_classes: int,
@@ -99,22 +142,6 @@ class FullGraphTrainer:
         return dict(epoch=epoch, mode=mode, loss=stats[0].item(),
                     train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
 
-    def _begin(self, step: int, training: bool) -> str:
-        """Tell a stepping exchange (SNI) which step a forward pass belongs to."""
-        begin = getattr(self.exchange, "begin_step", None)
-        return begin(step, training) if begin is not None else "sync"
-
-    def _all_reduce_gradients(self) -> None:
-        if self.collective.world_size == 1:
-            return
-        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-        self.collective.all_reduce(flat)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad.copy_(flat[offset: offset + n].view_as(p))
-            offset += n
-
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()
     def evaluate(self) -> dict:
@@ -127,17 +154,4 @@ class FullGraphTrainer:
         correct = torch.tensor([float(hit[m].sum()) for m in
                                 (self.view.train_mask, self.view.val_mask, self.view.test_mask)],
                                dtype=torch.float64)
-        self.collective.all_reduce(correct)
-        acc = (correct / self.global_counts.clamp(min=1)).tolist()
-        return dict(eval_train_acc=acc[0], val_acc=acc[1], test_acc=acc[2])
-
-    def save_checkpoint(self, path: str, epoch: int) -> None:
-        """Write weights and optimiser state atomically (the previous file stays intact on error)."""
-        tmp = f"{path}.tmp"
-        torch.save(dict(epoch=epoch, model=self.model.state_dict(),
-                        optimizer=self.optimizer.state_dict()), tmp)
-        os.replace(tmp, path)
-
-    def state(self) -> dict:
-        """Current weights by parameter name (for comparisons and checkpoints)."""
-        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+        return self._accuracies(correct)

@@ -1,0 +1,788 @@
+"""Layer-wise execution through the storage tier: cache, (re)gather, bypass.
+
+:class:`TierEngine` runs one worker's model layer by layer, sub-partition by
+sub-partition, over the units of :mod:`storage_tier.subparts` (one unit = one
+sub-partition's, or the halo's, rows of one layer), with the host cache of
+:mod:`storage_tier.host_cache` in front of the files of :mod:`storage_tier.io_engine`.
+:class:`TierTrainer` wraps it in the training step of
+:class:`~dgl_sni.trainer.FullGraphTrainer` (same loss normalisation, same Adam, same
+all-reduce of weight gradients), so the two can be compared number for number.
+
+Forward (layers ``0 .. L-2``; layer ``l`` reads units ``act[l]`` and writes ``act[l+1]``).
+For each sub-partition ``s``: gather its source rows unit by unit from ``act[l]`` (cache
+hit, or a read the reader thread prefetched while ``s-1`` computed), compute
+``layer_forward`` without autograd, and write the output rows straight to storage
+(*bypass*, in the writer thread while ``s+1`` computes); the cache keeps a copy only if
+it has room without evicting the layer being read. After the layer, ``exchange`` turns
+owned rows into the halo rows of ``act[l+1]``. The last layer is not run in forward:
+its logits are recomputed in backward, where the loss is taken.
+
+Backward (layers ``L-1 .. 0``; *regather*, no snapshots). For each ``s``: regather its
+inputs from ``act[l]`` exactly as forward did, recompute the layer with autograd (the
+same keyed dropout masks), and backpropagate either the loss of its training rows (last
+layer) or the output gradient rows of ``s`` read from ``grad[l+1]``. Weight gradients
+accumulate in the parameters; input gradients are scatter-added into the host
+gradient buffer ``grad[l]`` (one unit per sub-partition/halo, dirty in the cache -- a unit
+the budget cannot hold is read-modified-written through storage). After the layer, the
+halo gradients go to ``exchange`` (which may return gradients other workers computed for
+owned rows) and the dirty ``grad[l]`` units are written to storage (they stay cached if
+the budget allows; the layer below reads each once). Dead data (``grad[l+1]``, and
+``act[l]`` for ``l >= 1`` until the next forward) is dropped from the cache and its
+gradient files deleted. Layer 0's input gradient is never computed (features are
+constants).
+
+Policies and switches: ``mode="snapshot"`` is the HongTu-style baseline -- forward also
+writes every sub-partition's gathered inputs (including the last layer's) to storage and
+backward reads them back instead of regathering. ``lazy_writes=True`` writes activations
+and gradients only when the cache evicts them (write-back) instead of always (bypass);
+both are exact. ``hoist_dropout=True`` (default) stores hidden activations *after* the next
+layer's keyed input dropout (``TierModel.drop_rows``; ``drop_input`` then passes those
+rows through), so a row is dropped once where it is produced rather than in each of the
+alpha sub-partitions that gather it -- the same values, since masks are keyed by node.
+Passes alternate direction (0..P-1, then P-1..0) so the units touched last are read first.
+
+Each pass publishes its access schedule (:class:`_Schedule`): ``prefetch_depth`` units are
+read ahead by the reader threads, and when one layer exceeds the cache budget the cache
+evicts the sub-partition unit needed farthest in the future (Belady) instead of the least
+recently used one, which under the cyclic sub-partition scans of a layer keeps a stable
+subset resident where LRU would miss on every access. Whole-layer eviction stays LRU.
+
+Memory bound (what a run's peak RSS stays under, measured in
+``tests/test_storage_engine.py``): the process after setup (interpreter, torch/DGL ~0.45
+GB; the sub-partition blocks ~120 bytes per edge) + the host-cache budget + one
+sub-partition's working set (its gathered input, the input gradient and the autograd
+intermediates: <= 8 x max_src_rows x width x 4 bytes, plus 2 recycled gathered blocks) +
+(prefetch_depth + 2 queued writes + 1 + ``pool_units`` recycled buffers) x the largest unit
++ ~16 MiB allocator slack; the first
+epoch adds a one-time ~40-64 MiB of library initialisation. None of it grows with the
+number of layers or with the activations held on storage. Note that on graphs where every
+sub-partition depends on every other one (random-like graphs), a layer's activations and
+its gradient buffer (2 x one layer) must fit in the budget: otherwise each sub-partition
+re-reads the units the cache could not keep (partition-wise granularity).
+
+Exchange hook (for distributed halo exchange): an object with
+``forward_layer(layer, read_owned_rows) -> np.ndarray [n_halo, d]`` called once layer
+``layer-1``'s outputs of all owned rows are in the tier (``read_owned_rows(slice or
+ids)`` returns owned rows of ``act[layer]`` in the view's numbering) and
+``backward_layer(layer, grad_halo) -> np.ndarray [n_owned, d] or None`` called after
+``grad[layer]`` is complete (the returned rows, view numbering, are added to the owned
+gradients). :class:`NoExchange` is the single-process one. Rows move in their stored form:
+with ``hoist_dropout`` and dropout > 0 that is after layer ``layer``'s keyed dropout, and
+the gradients are with respect to those rows -- consistent among tier workers (the masks
+are keyed by node id), not to be mixed with workers exchanging raw rows.
+
+Metrics (per epoch, :meth:`TierEngine.metrics`): storage bytes read/written (what the
+read/write calls moved, headers and padding included) in total and per phase, cache
+hits/misses/hit rate, peak resident bytes versus the budget, evictions, alpha, per-layer
+time split (``io_wait_s`` = main thread blocked on reads or the write queue,
+``gather_s`` = host gather/scatter copies, ``compute_s`` = model compute incl. autograd),
+bandwidth of the I/O threads, and peak RSS (VmHWM).
+
+Compute device: CPU here. ``device="cuda"`` moves each gathered input and block to the GPU
+and gradients back (and reads output gradients with GPUDirect Storage via kvikio when it is
+installed); that path is **untested here** (no CUDA on the development machine, and the
+keyed dropout kernel is CPU-only, so it needs ``dropout=0``).
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import dgl_sni  # noqa: F401
+from dgl_sni.collective import LocalCollective
+from dgl_sni.metrics import Counters, peak_rss_mb
+from dgl_sni.trainer import TrainerBase
+
+from .host_cache import HostCache, group_of
+from .io_engine import (HEADER, POOL, BufferPool, IOEngine, StorageError, alloc, kvikio_available,
+                        padded, release)
+from .models import TierModel, tier_model
+from .subparts import RowSpace, SubpartitionPlan, rowspace_from_graph, rowspace_from_view
+
+MODES = ("regather", "snapshot")
+
+
+class NoExchange:
+    """Single-process exchange: a worker that owns every row has no halo."""
+
+    def forward_layer(self, layer: int, read_owned_rows):
+        return None
+
+    def backward_layer(self, layer: int, grad_halo: np.ndarray):
+        return None
+
+
+class _Schedule:
+    """The access list of one pass: drives prefetching and the cache's next-use eviction.
+
+    ``accesses`` is every unit access of the pass in order, as ``(key, prefetchable)``
+    (gradient accumulation targets are scheduled but not prefetched). The engine calls
+    :meth:`advance` at each access; up to ``depth`` prefetchable units not already cached
+    are read ahead in the reader threads; :meth:`next_use` tells the cache when a unit is
+    needed next in this pass (None: not again), which it uses to pick sub-partition victims.
+    """
+
+    def __init__(self, engine: "TierEngine", accesses: list, depth: int, window: int = 64):
+        self.engine, self.depth, self.window = engine, depth, window
+        self.keys = [k for k, _ in accesses]
+        self.fetchable = [f for _, f in accesses]
+        self.positions: dict = defaultdict(list)
+        for i, key in enumerate(self.keys):
+            self.positions[key].append(i)
+        self.pos = 0
+        self.inflight: dict = {}
+        self._fill()
+
+    def advance(self, key):
+        """Mark the access of ``key`` done; return the Future of its prefetch, if any."""
+        i = self.pos
+        while i < len(self.keys) and i < self.pos + self.window and self.keys[i] != key:
+            i += 1
+        if i < len(self.keys) and self.keys[i] == key:
+            self.pos = i + 1
+        fut = self.inflight.pop(key, None)
+        self._fill()
+        return fut
+
+    def next_use(self, key):
+        lst = self.positions.get(key)
+        if not lst:
+            return None
+        j = bisect.bisect_left(lst, self.pos)
+        return lst[j] if j < len(lst) else None
+
+    def _fill(self) -> None:
+        if self.depth <= 0:
+            return
+        i = self.pos
+        cache, io = self.engine.cache, self.engine.io
+        while len(self.inflight) < self.depth and i < len(self.keys) and i < self.pos + self.window:
+            key = self.keys[i]
+            i += 1
+            if not self.fetchable[i - 1] or key in self.inflight or key in cache:
+                continue
+            self.inflight[key] = io.read_async(key)
+
+    def close(self) -> None:
+        for fut in self.inflight.values():
+            try:
+                fut.result()
+            except Exception:
+                pass
+        self.inflight.clear()
+
+
+class TierEngine:
+    """Executes forward/backward/prediction passes of a :class:`TierModel` through the tier.
+
+    Owns the access orders, the prefetchers and the per-epoch timers; uses (does not own)
+    the plan, the I/O engine, the cache and the exchange handed in by :class:`TierTrainer`.
+    """
+
+    def __init__(self, model: TierModel, plan: SubpartitionPlan, io: IOEngine, cache: HostCache,
+                 dims: list, exchange=None, mode: str = "regather", lazy_writes: bool = False,
+                 prefetch_depth: int = 2, device: str = "cpu", hoist_dropout: bool = True):
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        self.model, self.plan, self.io, self.cache = model, plan, io, cache
+        self.dims = list(dims)  # width of act[l], l = 0..L-1
+        self.exchange = exchange or NoExchange()
+        self.mode, self.lazy_writes = mode, bool(lazy_writes)
+        self.prefetch_depth = int(prefetch_depth)
+        self.device = torch.device(device)
+        self._gds = self.device.type == "cuda" and kvikio_available()
+        self._flip = False
+        self._grad_stored: set = set()
+        self._active: set = set()
+        self._sched = None
+        # hidden activations are stored *after* the next layer's input dropout, so a row
+        # is dropped once where it is produced instead of in every sub-partition gathering it
+        self.hoist = bool(hoist_dropout)
+        model._predropped = frozenset(range(1, model.num_layers)) if self.hoist else frozenset()
+        self.cache.writeback = self._writeback
+        self.reset_metrics()
+
+    # ------------------------------------------------------------------ metrics
+    def reset_metrics(self) -> None:
+        self.io.reset_stats()
+        self.cache.reset_stats()
+        self.times = defaultdict(lambda: defaultdict(float))
+        self._phase_bytes = {}
+
+    @contextmanager
+    def _time(self, layer: int, phase: str, what: str):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[layer][f"{phase}_{what}"] += time.perf_counter() - start
+
+    def _mark_phase(self, phase: str) -> None:
+        s = self.io.stats
+        self._phase_bytes[phase] = (s["bytes_read"], s["bytes_written"])
+
+    def metrics(self) -> dict:
+        """The tier's record of the epoch so far (see module docstring)."""
+        s = dict(self.io.stats)
+        c = self.cache.snapshot()
+        layers = []
+        for layer in sorted(self.times):
+            row = {"layer": layer}
+            row.update({k: round(v, 6) for k, v in sorted(self.times[layer].items())})
+            layers.append(row)
+        tot = defaultdict(float)
+        for row in layers:
+            for k, v in row.items():
+                if k != "layer":
+                    tot[k.split("_", 1)[1]] += v
+        out = dict(
+            storage_bytes_read=s["bytes_read"], storage_bytes_written=s["bytes_written"],
+            storage_bytes=s["bytes_read"] + s["bytes_written"],
+            storage_payload_read=s["payload_read"], storage_payload_written=s["payload_written"],
+            storage_reads=s["reads"], storage_writes=s["writes"],
+            storage_read_s=round(s["read_s"], 6), storage_write_s=round(s["write_s"], 6),
+            storage_read_gbps=(s["bytes_read"] / s["read_s"] / 1e9) if s["read_s"] > 0 else None,
+            storage_write_gbps=(s["bytes_written"] / s["write_s"] / 1e9) if s["write_s"] > 0 else None,
+            io_mode=self.io.mode, tier_mode=self.mode, lazy_writes=self.lazy_writes,
+            io_wait_s=round(tot["io_wait_s"], 6), gather_s=round(tot["gather_s"], 6),
+            compute_s=round(tot["compute_s"], 6), layer_times=layers,
+            peak_rss_mb=peak_rss_mb())
+        if "bwd" in self._phase_bytes:
+            r0, w0 = self._phase_bytes.get("fwd", (0, 0))
+            r1, w1 = self._phase_bytes["bwd"]
+            out.update(fwd_bytes_read=r1 - r0, fwd_bytes_written=w1 - w0,
+                       bwd_bytes_read=s["bytes_read"] - r1, bwd_bytes_written=s["bytes_written"] - w1)
+        out.update(c)
+        out.update(self.plan.stats())
+        return out
+
+    # ------------------------------------------------------------------ sizes
+    def unit_shape(self, layer: int, part: int) -> tuple:
+        return (self.plan.unit_rows(part), self.dims[layer])
+
+    def layer_bytes(self, layer: int, snapshot: bool = False) -> int:
+        """Bytes on disk of one layer's units (or of its snapshots)."""
+        d = self.dims[layer] * 4
+        if snapshot:
+            return sum(HEADER + padded(p.num_src * d) for p in self.plan.parts)
+        return sum(HEADER + padded(self.plan.unit_rows(p) * d) for p in self.plan.unit_parts)
+
+    def disk_needed(self) -> int:
+        """Most bytes the run directory holds at once (activations + two gradient layers [+ snapshots])."""
+        L = self.model.num_layers
+        acts = sum(self.layer_bytes(l) for l in range(L))
+        grads = max([self.layer_bytes(l) + self.layer_bytes(l + 1) for l in range(1, L - 1)]
+                    + [self.layer_bytes(l) for l in range(1, L)] + [0])
+        snaps = sum(self.layer_bytes(l, True) for l in range(L)) if self.mode == "snapshot" else 0
+        return acts + grads + snaps
+
+    # ------------------------------------------------------------------ unit plumbing
+    def _writeback(self, key, arr) -> None:
+        self.io.write_async(key, arr)
+        if key[0] == "grad":
+            self._grad_stored.add(key)
+
+    def _write(self, key, arr, layer: int, phase: str) -> None:
+        with self._time(layer, phase, "io_wait_s"):  # blocks only when the write queue is full
+            self.io.write_async(key, arr)
+
+    def _wait(self, fut, key, layer, phase):
+        with self._time(layer, phase, "io_wait_s"):
+            return self.io.read(key) if fut is None else self.io._wait_future(fut)
+
+    def _fetch(self, key, pf, layer: int, phase: str, admit: bool = True) -> np.ndarray:
+        """A unit for reading: cache hit, else the prefetched or a synchronous read."""
+        arr = self.cache.get(key)
+        fut = pf.advance(key) if pf is not None else None
+        if arr is not None:
+            return arr
+        arr = self._wait(fut, key, layer, phase)
+        if admit:
+            self.cache.admit(key, arr, protect_groups=self._active)
+        return arr
+
+    def _fetch_once(self, key, pf, layer: int, phase: str) -> np.ndarray:
+        """A unit read exactly once (output gradients, snapshots): never admitted, dropped after."""
+        arr = self.cache.get(key)
+        fut = pf.advance(key) if pf is not None else None
+        if arr is not None:
+            self.cache.discard(key)
+            return arr
+        if self._gds and fut is None and key[0] == "grad":  # UNTESTED here: GDS to the GPU
+            with self._time(layer, phase, "io_wait_s"):
+                return self.io.read_to_device(key, self.device)
+        return self._wait(fut, key, layer, phase)
+
+    def _emit(self, key, out: torch.Tensor, layer: int, phase: str) -> None:
+        """Write an output unit (bypass) and let the cache keep it if it has room."""
+        with self._time(layer, phase, "gather_s"):
+            buf = alloc(tuple(out.shape), zero=False)
+            np.copyto(buf, out.detach().to("cpu").numpy())
+        self.cache.discard(key)  # any older version is stale
+        if self.lazy_writes:
+            if self.cache.admit(key, buf, dirty=True, protect_groups=self._active, unit_eviction=False):
+                return
+            self._write(key, buf, layer, phase)
+        else:
+            self._write(key, buf, layer, phase)
+            if self.cache.admit(key, buf, protect_groups=self._active, unit_eviction=False):
+                return
+        release(buf)  # recycled once its write is done
+
+    def _grad_unit(self, key, layer: int):
+        """The accumulation buffer of a gradient unit: (array, resident in cache)."""
+        if self._sched is not None:
+            self._sched.advance(key)
+        arr = self.cache.get(key, count=False)
+        if arr is not None:
+            self.cache.hits += 1
+            return arr, True
+        if key in self._grad_stored:
+            self.cache.misses += 1
+            arr = self._wait(None, key, layer, "bwd")
+        else:
+            arr = alloc(self.unit_shape(layer, key[2]))
+        ok = self.cache.admit(key, arr, dirty=True, protect_groups=self._active)
+        return arr, ok
+
+    def _order(self) -> list:
+        self._flip = not self._flip
+        order = list(range(self.plan.num_parts))
+        return order if self._flip else order[::-1]
+
+    @contextmanager
+    def _pass(self, accesses: list):
+        """Run one pass under a :class:`_Schedule` (prefetch + next-use eviction)."""
+        sched = _Schedule(self, accesses, self.prefetch_depth)
+        self._sched = sched
+        self.cache.next_use = sched.next_use
+        try:
+            yield sched
+        finally:
+            sched.close()
+            self._sched = None
+            self.cache.next_use = None
+
+    def _gather(self, layer: int, part, pf, phase: str, tier_buffer: bool = False) -> np.ndarray:
+        """The sub-partition's source rows of ``act[layer]``, unit by unit.
+
+        Host copies use numpy (single-threaded, memory-bound): on a small shared CPU they
+        are several times faster than torch's OpenMP-parallel ``index_select``/``index_add_``.
+        """
+        shape = (part.num_src, self.dims[layer])
+        # numpy's allocator (huge pages, heap reuse) is the faster home for a block that is
+        # never written; snapshots are written, so they get an aligned tier buffer
+        x = alloc(shape, zero=False) if tier_buffer else np.empty(shape, dtype=np.float32)
+        for src in part.sources:
+            unit = self._fetch(("act", layer, src.part), pf, layer, phase)
+            with self._time(layer, phase, "gather_s"):
+                if src.rows is None:
+                    x[src.start: src.stop] = unit
+                else:
+                    np.take(unit, src.rows, axis=0, out=x[src.start: src.stop], mode="clip")
+            if self.cache.peek(("act", layer, src.part)) is not unit:
+                release(unit)  # a transient (not admitted) unit: recycle its buffer
+            del unit
+        return x
+
+    def _scatter(self, layer: int, part, grad: np.ndarray) -> None:
+        """Scatter-add a sub-partition's input gradient rows into the ``grad[layer]`` units."""
+        for src in part.sources:
+            key = ("grad", layer, src.part)
+            unit, resident = self._grad_unit(key, layer)
+            with self._time(layer, "bwd", "gather_s"):
+                g = grad[src.start: src.stop]
+                if src.rows is None:
+                    np.add(unit, g, out=unit)
+                else:  # rows are unique within a source: plain fancy-index add is exact
+                    unit[src.rows] += g
+            if not resident:  # read-modify-write through storage
+                self._write(key, unit, layer, "bwd")
+                self._grad_stored.add(key)
+                release(unit)
+
+    def _layer_out(self, layer: int, block, xt: torch.Tensor) -> torch.Tensor:
+        """``layer_forward`` plus, for hidden layers under hoisting, the next layer's dropout."""
+        out = self.model.layer_forward(layer, block, xt)
+        if self.hoist and layer < self.model.num_layers - 1:
+            out = self.model.drop_rows(layer + 1, out, block.src_keys[: block.num_dst].to(out.device))
+        return out
+
+    def _to_device(self, part, x: torch.Tensor):
+        if self.device.type == "cpu":
+            return part.block, x
+        # UNTESTED here (no CUDA): move the block once, the rows every time
+        dev = getattr(part, "_device_block", None)
+        if dev is None:
+            from dataclasses import replace
+            b = part.block
+            dev = replace(b, graph=b.graph.to(self.device), src_norm=b.src_norm.to(self.device),
+                          dst_norm=b.dst_norm.to(self.device))
+            part._device_block = dev
+        return dev, x.to(self.device)
+
+    # ------------------------------------------------------------------ setup
+    def write_inputs(self, features) -> None:
+        """Write layer 0 (input features, permuted into tier order) as units; kept for the run."""
+        plan = self.plan
+        self._active = {("act", 0)}
+        for part in plan.unit_parts:
+            lo, hi = plan.unit_range(part)
+            rows = plan.perm[lo:hi] if part != plan.halo_part else np.arange(lo, hi)
+            if isinstance(features, torch.Tensor):
+                block = features.index_select(0, torch.from_numpy(rows)).numpy()
+            else:
+                block = np.asarray(features[rows])
+            buf = alloc((hi - lo, self.dims[0]), zero=False)
+            buf[...] = block
+            del block
+            self.io.write_async(("act", 0, part), buf)
+            self.cache.admit(("act", 0, part), buf, protect_groups=self._active, unit_eviction=False)
+            del buf
+        self.io.wait()
+
+    # ------------------------------------------------------------------ passes
+    def forward(self, training: bool) -> None:
+        """Layers 0..L-2 (snapshot mode while training: also the last layer's gather + snapshot)."""
+        L = self.model.num_layers
+        self._mark_phase("fwd")
+        upto = L if (self.mode == "snapshot" and training) else L - 1
+        for layer in range(upto):
+            self._forward_layer(layer, training, compute=layer < L - 1)
+
+    def _forward_layer(self, layer: int, training: bool, compute: bool) -> None:
+        parts = self.plan.parts
+        order = self._order()
+        self._active = {("act", layer), ("act", layer + 1)}
+        snap = self.mode == "snapshot" and training
+        accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
+        with self._pass(accesses) as pf:
+            for s in order:
+                part = parts[s]
+                x = self._gather(layer, part, pf, "fwd", tier_buffer=snap)
+                if snap:
+                    self._write(("snap", layer, s), x, layer, "fwd")
+                if not compute:
+                    release(x)
+                    continue
+                with self._time(layer, "fwd", "compute_s"), torch.no_grad():
+                    block, xt = self._to_device(part, torch.from_numpy(x))
+                    out = self._layer_out(layer, block, xt)
+                release(x)
+                del x, xt
+                self._emit(("act", layer + 1, s), out, layer, "fwd")
+                del out
+        if compute and self.plan.num_halo:
+            self._exchange_forward(layer + 1)
+
+    def backward(self, global_train: float) -> tuple:
+        """Layers L-1..0: regather, recompute, backpropagate; returns (loss, correct)."""
+        self._mark_phase("bwd")
+        loss, correct = 0.0, 0
+        for layer in reversed(range(self.model.num_layers)):
+            lo, co = self._backward_layer(layer, global_train)
+            loss += lo
+            correct += co
+        return loss, correct
+
+    def _backward_layer(self, layer: int, global_train: float) -> tuple:
+        plan, parts = self.plan, self.plan.parts
+        L = self.model.num_layers
+        last, need_grad = layer == L - 1, layer > 0
+        order = self._order()
+        self._active = {("act", layer), ("grad", layer), ("grad", layer + 1)}
+        if need_grad:
+            for p in plan.unit_parts:
+                self._grad_stored.discard(("grad", layer, p))
+                self.cache.discard(("grad", layer, p))
+        snap = self.mode == "snapshot"
+        accesses = []
+        for s in order:
+            if snap:
+                accesses.append((("snap", layer, s), True))
+            else:
+                accesses.extend((("act", layer, src.part), True) for src in parts[s].sources)
+            if not last:
+                accesses.append((("grad", layer + 1, s), True))
+            if need_grad:
+                accesses.extend((("grad", layer, src.part), False) for src in parts[s].sources)
+        loss, correct = 0.0, 0
+        with self._pass(accesses) as pf:
+            for s in order:
+                part = parts[s]
+                if snap:
+                    x = self._fetch_once(("snap", layer, s), pf, layer, "bwd")
+                else:
+                    x = self._gather(layer, part, pf, "bwd")
+                g_out = None if last else self._fetch_once(("grad", layer + 1, s), pf, layer, "bwd")
+                with self._time(layer, "bwd", "compute_s"):
+                    block, xt = self._to_device(part, torch.from_numpy(x))
+                    if need_grad:
+                        xt.requires_grad_(True)
+                    with torch.enable_grad():
+                        out = self._layer_out(layer, block, xt)
+                        if last:
+                            mask = part.train_mask.to(out.device)
+                            if bool(mask.any()):
+                                labels = part.labels.to(out.device)[mask]
+                                value = F.cross_entropy(out[mask], labels, reduction="sum") / global_train
+                                value.backward()
+                                loss += value.item()
+                                correct += int((out[mask].argmax(1) == labels).sum())
+                        else:
+                            g = g_out if isinstance(g_out, torch.Tensor) else torch.from_numpy(g_out)
+                            out.backward(g.to(out.device))
+                    grad = xt.grad.to("cpu").numpy() if need_grad and xt.grad is not None else None
+                release(x)
+                if isinstance(g_out, np.ndarray):
+                    release(g_out)
+                del out, xt, x, g_out
+                if grad is not None:
+                    self._scatter(layer, part, grad)
+                elif need_grad:  # no gradient reached these rows: still consume the schedule
+                    for src in part.sources:
+                        pf.advance(("grad", layer, src.part))
+                del grad
+        # dead data: this layer's output gradients, snapshots and (until next forward) inputs
+        if not last:
+            self.cache.discard_group(("grad", layer + 1))
+            for p in plan.unit_parts:
+                self._grad_stored.discard(("grad", layer + 1, p))
+                self.io.delete(("grad", layer + 1, p))
+        if snap:
+            for s in range(plan.num_parts):
+                self.io.delete(("snap", layer, s))
+        if layer > 0:
+            self.cache.discard_group(("act", layer))
+        if need_grad:
+            if plan.num_halo:
+                self._exchange_backward(layer)
+            if not self.lazy_writes:  # write-back buffer -> storage after the layer
+                self.cache.flush([("grad", layer, p) for p in plan.unit_parts])
+                for p in plan.unit_parts:
+                    if ("grad", layer, p) in self.cache:
+                        self._grad_stored.add(("grad", layer, p))
+        return loss, correct
+
+    @torch.no_grad()
+    def predict(self) -> torch.Tensor:
+        """Inference pass (dropout off): correct predictions on train/val/test owned rows."""
+        L = self.model.num_layers
+        self.forward(training=False)
+        layer = L - 1
+        order = self._order()
+        self._active = {("act", layer)}
+        parts = self.plan.parts
+        accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
+        hits = torch.zeros(3, dtype=torch.float64)
+        with self._pass(accesses) as pf:
+            for s in order:
+                part = parts[s]
+                x = self._gather(layer, part, pf, "eval")
+                with self._time(layer, "eval", "compute_s"):
+                    block, xt = self._to_device(part, torch.from_numpy(x))
+                    pred = self.model.layer_forward(layer, block, xt).argmax(1).cpu()
+                release(x)
+                del x, xt
+                ok = pred == part.labels
+                for i, m in enumerate((part.train_mask, part.val_mask, part.test_mask)):
+                    hits[i] += float(ok[m].sum())
+        return hits
+
+    # ------------------------------------------------------------------ exchange hook
+    def read_owned_rows(self, layer: int, rows) -> np.ndarray:
+        """Owned rows (view numbering: a slice or ids) of ``act[layer]`` through cache/storage."""
+        plan = self.plan
+        if isinstance(rows, slice):
+            rows = np.arange(plan.num_owned)[rows]
+        rows = np.asarray(rows, dtype=np.int64)
+        part, local = plan.locate(plan.inv_perm[rows])
+        out = np.empty((rows.shape[0], self.dims[layer]), dtype=np.float32)
+        for p in np.unique(part):
+            sel = np.flatnonzero(part == p)
+            unit = self._fetch(("act", layer, int(p)), None, layer, "xchg")
+            out[sel] = unit[local[sel]]
+        return out
+
+    def _exchange_forward(self, layer: int) -> None:
+        plan = self.plan
+        halo = self.exchange.forward_layer(layer, lambda rows: self.read_owned_rows(layer, rows))
+        if halo is None:
+            raise ValueError(f"exchange.forward_layer({layer}) returned None but the view has "
+                             f"{plan.num_halo} halo rows")
+        halo = np.ascontiguousarray(halo, dtype=np.float32)
+        if halo.shape != (plan.num_halo, self.dims[layer]):
+            raise ValueError(f"exchange.forward_layer({layer}) returned shape {halo.shape}, "
+                             f"expected {(plan.num_halo, self.dims[layer])}")
+        self._emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg")
+
+    def _exchange_backward(self, layer: int) -> None:
+        plan = self.plan
+        key = ("grad", layer, plan.halo_part)
+        unit, _ = self._grad_unit(key, layer)
+        extra = self.exchange.backward_layer(layer, unit.copy())
+        self.cache.discard(key)
+        self._grad_stored.discard(key)
+        self.io.delete(key)
+        if extra is None:
+            return
+        extra = np.asarray(extra, dtype=np.float32)
+        if extra.shape != (plan.num_owned, self.dims[layer]):
+            raise ValueError(f"exchange.backward_layer({layer}) returned shape {extra.shape}, "
+                             f"expected {(plan.num_owned, self.dims[layer])}")
+        for p in range(plan.num_parts):
+            k = ("grad", layer, p)
+            lo, hi = plan.unit_range(p)
+            g, resident = self._grad_unit(k, layer)
+            g += extra[plan.perm[lo:hi]]
+            if not resident:
+                self._write(k, g, layer, "bwd")
+                self._grad_stored.add(k)
+
+
+class TierTrainer(TrainerBase):
+    """Full-graph training of one worker's partition through the storage tier.
+
+    Mirrors :class:`~dgl_sni.trainer.FullGraphTrainer` (``train_epoch``, ``evaluate``,
+    ``state``, ``save_checkpoint``; ``model``, ``optimizer``, ``params``, ``step``) so the
+    two are interchangeable; owns the model, the optimizer, the sub-partition plan, the
+    I/O engine (and its run directory), the host cache and the :class:`TierEngine`.
+
+    Arguments: ``cfg`` (:class:`~dgl_sni.trainer.ModelConfig`); ``view``: a
+    :class:`~dgl_sni.trainer.LocalView` or a :class:`~storage_tier.subparts.RowSpace`
+    (:meth:`from_graph` builds one for a whole graph without a whole-graph DGL block);
+    ``num_subparts`` P; ``storage_dir`` (parent of the run directory; default the temp
+    dir); ``host_cache_budget`` in bytes; ``collective`` / ``counters`` as for
+    FullGraphTrainer; ``exchange`` (halo hook, default :class:`NoExchange`); ``model`` (a
+    :class:`TierModel`, default the shipped GCN/SAGE/GAT of ``cfg`` with ``init_model``'s
+    initial weights); ``partition`` (``auto``/``switching``/``range``); ``mode``
+    (``regather``/``snapshot``); ``lazy_writes``; ``prefetch_depth``; ``io_mode``
+    (``auto``/``direct``/``buffered``); ``device`` (``cpu``; ``cuda`` untested);
+    ``pool_units`` (recycled unit buffers); ``hoist_dropout``.
+
+    After construction the trainer holds no reference to the input features: they are
+    in the tier. Any exception inside ``train_epoch``/``evaluate`` (e.g.
+    :class:`StorageError` for a full disk or a corrupt file) closes the trainer -- its
+    run directory is removed -- and propagates; checkpoints written by
+    :meth:`save_checkpoint` live elsewhere and are untouched.
+    """
+
+    def __init__(self, cfg, view, in_dim: int, num_classes: int, num_subparts: int = 4,
+                 storage_dir: str | None = None, host_cache_budget: int = 256 << 20,
+                 collective=None, exchange=None, counters: Counters | None = None, *,
+                 model: TierModel | None = None, partition: str = "auto", mode: str = "regather",
+                 lazy_writes: bool = False, prefetch_depth: int = 2, io_mode: str = "auto",
+                 device: str = "cpu", pool_units: int = 4, hoist_dropout: bool = True):
+        self.cfg = cfg
+        self.collective = collective or LocalCollective()
+        self.counters = counters or self.collective.counters
+        self.exchange = exchange or NoExchange()
+        self.model: TierModel = model or tier_model(cfg, in_dim, num_classes)
+        self.model.to(device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
+                                          weight_decay=cfg.weight_decay)
+        self.params = [p for p in self.model.parameters()]
+        self.step = 0
+        start = time.perf_counter()
+        rs = view if isinstance(view, RowSpace) else rowspace_from_view(view, self.model.self_loops)
+        self.plan = SubpartitionPlan.build(rs, num_subparts, partition, seed=cfg.seed)
+        counts = torch.tensor([float(rs.train_mask.sum()), float(rs.val_mask.sum()),
+                               float(rs.test_mask.sum())], dtype=torch.float64)
+        self.global_counts = self.collective.all_reduce(counts).clone()
+        if self.global_counts[0] == 0:
+            raise ValueError("no training node: the train split is empty")
+        dims = [int(in_dim)] + [self.model.layer_out_dim(l) for l in range(self.model.num_layers - 1)]
+        self.io = IOEngine(storage_dir, io_mode)
+        try:
+            self.cache = HostCache(host_cache_budget)
+            self.engine = TierEngine(self.model, self.plan, self.io, self.cache, dims,
+                                     self.exchange, mode=mode, lazy_writes=lazy_writes,
+                                     prefetch_depth=prefetch_depth, device=device,
+                                     hoist_dropout=hoist_dropout)
+            # recycle up to pool_units dropped unit buffers (fixed overhead, avoids page faults)
+            largest = max(HEADER + padded(self.plan.unit_rows(p) * d * 4)
+                          for p in self.plan.unit_parts for d in dims)
+            POOL.capacity = int(pool_units) * BufferPool.size_class(largest)
+            self.io.check_space(int(self.engine.disk_needed() * 1.02) + (64 << 20),
+                                "the tier's activations and gradients")
+            self.engine.write_inputs(rs.features)
+        except BaseException:
+            self.close()
+            raise
+        del rs
+        self.setup_s = time.perf_counter() - start
+
+    @classmethod
+    def from_graph(cls, cfg, data, **kwargs) -> "TierTrainer":
+        """One process owning every node of a :class:`~dgl_sni.data.GraphData`."""
+        return cls(cfg, rowspace_from_graph(data, cfg.model), data.feat_dim, data.num_classes,
+                   **kwargs)
+
+    # ------------------------------------------------------------------ training
+    def train_epoch(self, epoch: int) -> dict:
+        """One optimisation step over the worker's rows; returns the epoch's record."""
+        start = time.perf_counter()
+        try:
+            self.engine.reset_metrics()
+            self.model.train()
+            self.model.set_step(self.step, self.cfg.seed)
+            self.epoch_step = self.step
+            mode = self._begin(self.step, training=True)
+            self.optimizer.zero_grad(set_to_none=False)
+            self.engine.forward(training=True)
+            loss, correct = self.engine.backward(self.global_counts[0].item())
+            self.io.wait()
+            self._all_reduce_gradients()
+            self.optimizer.step()
+            self.step += 1
+            stats = torch.tensor([loss, float(correct)], dtype=torch.float64)
+            self.collective.all_reduce(stats)
+        except BaseException:
+            self.close()  # removes the run directory; checkpoints live elsewhere, untouched
+            raise
+        elapsed = time.perf_counter() - start
+        rec = dict(epoch=epoch, mode=mode, loss=stats[0].item(),
+                   train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
+        rec.update(self.engine.metrics())
+        return rec
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Accuracy on the train/val/test splits (dropout off), through the tier."""
+        try:
+            self.model.eval()
+            self._begin(getattr(self, "epoch_step", self.step), training=False)
+            correct = self.engine.predict()
+            self.io.wait()
+        except BaseException:
+            self.close()
+            raise
+        return self._accuracies(correct)
+
+    # ------------------------------------------------------------------ state
+    def gradients(self) -> dict:
+        """Weight gradients of the last step by parameter name."""
+        return {k: p.grad.detach().clone() for k, p in self.model.named_parameters()
+                if p.grad is not None}
+
+    def close(self) -> None:
+        """Stop the I/O threads and remove the tier's files (idempotent)."""
+        io = getattr(self, "io", None)
+        if io is not None:
+            io.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+__all__ = ["NoExchange", "TierEngine", "TierTrainer", "StorageError", "group_of"]
