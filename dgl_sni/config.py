@@ -65,6 +65,11 @@ class TrainConfig:
     agent: str = "process"
     doca_pci: str = ""
     doca_name: str = ""
+    # storage tier (issue 4): activations paged through host memory and SSD
+    storage_tier: str | None = None
+    device_mem_budget: str = "1G"
+    host_cache_budget: str = "2G"
+    subparts: int = 0
     # output
     quiet: bool = False
     metrics: str | None = None
@@ -122,6 +127,11 @@ class TrainConfig:
         if self.bandwidth:
             self.bandwidth = validate_rate(self.bandwidth)
         self.sni_config()  # raises on bad SNI settings
+        for flag in ("device_mem_budget", "host_cache_budget"):
+            if parse_bytes(getattr(self, flag), "--" + flag.replace("_", "-")) <= 0:
+                raise ValueError(f"--{flag.replace('_', '-')} must be positive")
+        if self.subparts < 0:
+            raise ValueError(f"--subparts must be >= 0 (0: derive from --device-mem-budget), got {self.subparts}")
         return self
 
     def to_argv(self) -> list:
@@ -201,6 +211,15 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         "doca: the agent on the BlueField (Comch + DMA); doca-local: a DOCA agent started here")
     g.add_argument("--doca-pci", default=d.doca_pci, help="agent doca: PCI address of the BlueField")
     g.add_argument("--doca-name", default=d.doca_name, help="agent doca: Comch service name of the agent")
+    g = parser.add_argument_group("storage tier (partitions larger than memory)")
+    g.add_argument("--storage-tier", default=d.storage_tier,
+                   help="train through the storage tier, with its files under this folder")
+    g.add_argument("--device-mem-budget", default=d.device_mem_budget,
+                   help="compute memory for one sub-partition's working set (e.g. 512M, 2G); sets P")
+    g.add_argument("--host-cache-budget", default=d.host_cache_budget,
+                   help="host memory for cached activations and gradients (e.g. 4G)")
+    g.add_argument("--subparts", type=int, default=d.subparts,
+                   help="sub-partitions per worker (0: derive from --device-mem-budget)")
     g = parser.add_argument_group("output")
     g.add_argument("--quiet", action="store_true", help="no progress line")
     g.add_argument("--metrics", default=d.metrics, help="write the metrics JSON here")
@@ -212,6 +231,24 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sweep", default=d.sweep,
                    help="JSON list of runs (each a dict of model/optimiser/prediction settings) to "
                         "train one after another on the same cluster; --metrics is then a folder")
+
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40,
+          "tib": 1 << 40}
+
+
+def parse_bytes(text, flag: str = "size") -> int:
+    """``"512M"``, ``"2G"``, ``"1.5GiB"`` or a plain number of bytes -> bytes (binary units)."""
+    value = str(text).strip().lower()
+    number = value.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = value[len(number):]
+    try:
+        if unit not in _UNITS:
+            raise ValueError
+        return int(float(number) * _UNITS[unit])
+    except ValueError:
+        raise ValueError(f"{flag} '{text}' is not a size: use e.g. 512M, 2G or a number of bytes") from None
 
 
 # settings a sweep run may change; the rest (data, partitioning, cluster) is the session's

@@ -12,6 +12,7 @@ and zeroes the shard for the next epoch.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 import dgl_sni  # noqa: F401
@@ -19,6 +20,8 @@ from dgl.distributed import DistTensor
 from dgl.distributed.kvstore import get_kvstore
 
 from .metrics import Counters
+
+PUBLISH_CHUNK_ROWS = 65536  # owned rows copied per step when publishing from the storage tier
 
 
 def accumulate_push_handler(data_store, name, local_offset, data):
@@ -75,11 +78,24 @@ class HaloExchange:
         self.emb, self.grad = tensors.emb, tensors.grad
 
     # -------------------------------------------------------------- row movement
-    def _write_owned(self, shard: torch.Tensor, rows: torch.Tensor) -> None:
-        if self._owned_local is None:
-            shard[: self.num_owned] = rows
-        else:
-            shard[self._owned_local] = rows
+    def _write_owned(self, shard: torch.Tensor, rows) -> None:
+        """Copy the owned rows into the local shard: a tensor, or a reader (storage tier)
+        with ``units()`` yielding ``(owned row ids, rows)``, or a plain ``rows(slice)``."""
+        if not callable(rows):
+            rows = rows.detach()
+            if self._owned_local is None:
+                shard[: self.num_owned] = rows
+            else:
+                shard[self._owned_local] = rows
+            return
+        units = rows.units() if hasattr(rows, "units") else (
+            (np.arange(lo, min(lo + PUBLISH_CHUNK_ROWS, self.num_owned)),
+             rows(slice(lo, min(lo + PUBLISH_CHUNK_ROWS, self.num_owned))))
+            for lo in range(0, self.num_owned, PUBLISH_CHUNK_ROWS))
+        for ids, chunk in units:
+            ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+            target = ids if self._owned_local is None else self._owned_local[ids]
+            shard[target] = torch.from_numpy(np.ascontiguousarray(chunk))
 
     def _read_owned(self, shard: torch.Tensor) -> torch.Tensor:
         if self._owned_local is None:
@@ -94,12 +110,13 @@ class HaloExchange:
         self.counters.add("pulled_rows", int(ids.numel()))
         return rows
 
-    def forward_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
-        """Publish owned rows of layer ``layer``'s input and return the halo rows."""
-        self._write_owned(self.emb[layer].local_partition, owned.detach())
+    def forward_rows(self, layer: int, owned) -> torch.Tensor:
+        """Publish owned rows of layer ``layer``'s input (a tensor or a chunk reader, see
+        :meth:`_write_owned`) and return the halo rows."""
+        self._write_owned(self.emb[layer].local_partition, owned)
         self.collective.barrier()
         if self.halo_gids.numel() == 0:
-            return owned.new_zeros((0, owned.shape[1]))
+            return torch.zeros((0, self.emb[layer].shape[1]), dtype=torch.float32)
         return self.pull_rows(self.emb[layer], self.halo_gids)
 
     def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
@@ -123,6 +140,32 @@ class HaloExchange:
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         return _ExchangeFunction.apply(owned, self, layer)
+
+
+class TierExchange:
+    """Lets the storage tier's engine move halo rows through a (SNI) halo exchange.
+
+    The engine calls ``forward_layer(layer, read_owned_rows)`` once a layer's owned
+    rows are in the tier and ``backward_layer(layer, grad_halo)`` once the layer's halo
+    gradients are complete (see :mod:`storage_tier.engine`); this forwards them to the
+    exchange, which publishes owned rows chunk by chunk and pulls (or is served) halo rows.
+    """
+
+    def __init__(self, exchange: HaloExchange):
+        self.exchange = exchange
+
+    def begin_step(self, step: int, training: bool) -> str:
+        begin = getattr(self.exchange, "begin_step", None)
+        return begin(step, training) if begin is not None else "sync"
+
+    def forward_layer(self, layer: int, read_owned_rows) -> np.ndarray:
+        return self.exchange.forward_rows(layer, read_owned_rows).numpy()
+
+    def backward_layer(self, layer: int, grad_halo: np.ndarray) -> np.ndarray:
+        return self.exchange.backward_rows(layer, torch.from_numpy(np.ascontiguousarray(grad_halo))).numpy()
+
+    def __getattr__(self, name):  # end_epoch, close, tables, ...
+        return getattr(self.exchange, name)
 
 
 class _ExchangeFunction(torch.autograd.Function):

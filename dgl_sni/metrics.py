@@ -64,8 +64,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s")
-MAXED = ("time_s", "comm_s", "sync_s", "comp_s", "eval_s")
+SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s",
+          # storage tier
+          "storage_bytes", "storage_bytes_read", "storage_bytes_written", "storage_payload_read",
+          "storage_payload_written", "storage_reads", "storage_writes", "cache_hits", "cache_misses",
+          "cache_writeback_bytes", "fwd_bytes_read", "fwd_bytes_written", "bwd_bytes_read",
+          "bwd_bytes_written")
+MAXED = ("time_s", "comm_s", "sync_s", "comp_s", "eval_s",
+         "io_wait_s", "gather_s", "compute_s", "storage_read_s", "storage_write_s", "peak_rss_mb",
+         "cache_peak_bytes", "cache_budget_bytes")
 # staleness means derived from per-worker sums: name -> (numerator, denominator)
 MEANS = dict(staleness_l2=("stale_l2_sum", "stale_l2_n"), cache_l2=("cache_l2_sum", "stale_l2_n"),
              pred_rows_l2=("pred_l2_sum", "pred_l2_n"), pred_rows_cache_l2=("pred_cache_l2_sum", "pred_l2_n"))
@@ -95,6 +102,9 @@ def merge_epoch(per_worker: list) -> dict:
     for name, (num, den) in MEANS.items():
         if out.get(den):
             out[name] = out[num] / out[den]
+    if "cache_hits" in out:
+        looked = out["cache_hits"] + out.get("cache_misses", 0)
+        out["cache_hit_rate"] = out["cache_hits"] / looked if looked else 0.0
     for key in [k for k in out if k.endswith(("_sum", "_n"))]:
         del out[key]
     out["workers"] = [{k: w[k] for k in w if _summed(k) or k in MAXED} for w in per_worker]

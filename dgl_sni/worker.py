@@ -30,12 +30,13 @@ import dgl
 from .block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
-from .config import add_train_arguments, from_args, load_sweep
-from .exchange import HaloExchange, LayerTensors
+from .config import add_train_arguments, from_args, load_sweep, parse_bytes
+from .exchange import HaloExchange, LayerTensors, TierExchange
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import NODE_FIELDS, read_meta
 from .sni.exchange import SNIExchange
 from .sni.sampling import halo_edge_counts
+from .models import init_model
 from .trainer import FullGraphTrainer, LocalView
 
 
@@ -176,17 +177,24 @@ class WorkerSession:
         """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
         collective, counters, rank = self.collective, self.counters, self.rank
         view, owned_gids, halo_gids = self.view(cfg.model)
-        trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], self.num_classes(view),
-                                   collective=collective, counters=counters)
-        tensors = self.tensors(trainer.model.hidden_dims())
+        num_classes = self.num_classes(view)
+        dims = init_model(cfg.seed, cfg.model, view.x_src.shape[1], cfg.hidden, num_classes, cfg.layers,
+                          heads=cfg.heads).hidden_dims()
+        tensors = self.tensors(dims)
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
             sni = cfg.sni_config()
-            trainer.exchange = SNIExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                           sni, sni.start_agent(), edge_counts)
+            exchange = SNIExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
+                                   sni, sni.start_agent(), edge_counts)
         else:
-            trainer.exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
+            exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
+        if cfg.storage_tier:
+            trainer = self._tier_trainer(cfg, view, num_classes, TierExchange(exchange))
+        else:
+            trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
+                                       collective=collective, counters=counters)
+            trainer.exchange = exchange
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)
@@ -205,6 +213,8 @@ class WorkerSession:
             close = getattr(trainer.exchange, "close", None)
             if close is not None:
                 close()
+            if cfg.storage_tier:
+                trainer.close()
         rss = collective.all_gather_object(peak_rss_mb())
         if rank != 0:
             return None
@@ -213,6 +223,26 @@ class WorkerSession:
         if cfg.metrics:
             write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
         return summary
+
+    def _tier_trainer(self, cfg, view, num_classes: int, exchange):
+        """A :class:`~storage_tier.engine.TierTrainer` for this worker's view.
+
+        P sub-partitions: ``--subparts``, or enough that one sub-partition's working set
+        (at most ~8 rows of floats per gathered source row and layer width, see the
+        engine's memory bound) fits ``--device-mem-budget``. With several workers the
+        exchanged rows are the raw activations (no dropout hoisting), so the halo rows
+        mean the same to every worker and to the agent.
+        """
+        from storage_tier.engine import TierTrainer
+        width = max([view.x_src.shape[1], cfg.hidden * (cfg.heads if cfg.model == "gat" else 1)])
+        budget = parse_bytes(cfg.device_mem_budget, "--device-mem-budget")
+        parts = cfg.subparts or max(1, -(-8 * 4 * width * view.block.num_src // budget))
+        parts = min(parts, view.block.num_dst)
+        return TierTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes, num_subparts=parts,
+                           storage_dir=os.path.join(os.path.abspath(cfg.storage_tier), f"worker{self.rank}"),
+                           host_cache_budget=parse_bytes(cfg.host_cache_budget, "--host-cache-budget"),
+                           collective=self.collective, exchange=exchange, counters=self.counters,
+                           hoist_dropout=self.collective.world_size == 1)
 
     def _epoch(self, trainer, cfg, epoch: int, gate) -> dict:
         counters = self.counters

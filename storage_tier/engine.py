@@ -63,7 +63,8 @@ re-reads the units the cache could not keep (partition-wise granularity).
 Exchange hook (for distributed halo exchange): an object with
 ``forward_layer(layer, read_owned_rows) -> np.ndarray [n_halo, d]`` called once layer
 ``layer-1``'s outputs of all owned rows are in the tier (``read_owned_rows(slice or
-ids)`` returns owned rows of ``act[layer]`` in the view's numbering) and
+ids)`` returns owned rows of ``act[layer]`` in the view's numbering;
+``read_owned_rows.units()`` yields ``(view ids, rows)`` unit by unit) and
 ``backward_layer(layer, grad_halo) -> np.ndarray [n_owned, d] or None`` called after
 ``grad[layer]`` is complete (the returned rows, view numbering, are added to the owned
 gradients). :class:`NoExchange` is the single-process one. Rows move in their stored form:
@@ -611,9 +612,17 @@ class TierEngine:
             out[sel] = unit[local[sel]]
         return out
 
+    def owned_units(self, layer: int):
+        """Yield ``(view row ids, rows)`` of ``act[layer]`` one sub-partition unit at a time
+        (each unit read once: how an exchange publishes a whole layer)."""
+        plan = self.plan
+        for p in range(plan.num_parts):
+            lo, hi = plan.unit_range(p)
+            yield plan.perm[lo:hi], self._fetch(("act", layer, p), None, layer, "xchg")
+
     def _exchange_forward(self, layer: int) -> None:
         plan = self.plan
-        halo = self.exchange.forward_layer(layer, lambda rows: self.read_owned_rows(layer, rows))
+        halo = self.exchange.forward_layer(layer, _OwnedReader(self, layer))
         if halo is None:
             raise ValueError(f"exchange.forward_layer({layer}) returned None but the view has "
                              f"{plan.num_halo} halo rows")
@@ -645,6 +654,20 @@ class TierEngine:
             if not resident:
                 self._write(k, g, layer, "bwd")
                 self._grad_stored.add(k)
+
+
+class _OwnedReader:
+    """Owned rows of one layer for the exchange: ``reader(rows)`` for any rows,
+    ``reader.units()`` for all of them unit by unit."""
+
+    def __init__(self, engine: TierEngine, layer: int):
+        self.engine, self.layer = engine, layer
+
+    def __call__(self, rows) -> np.ndarray:
+        return self.engine.read_owned_rows(self.layer, rows)
+
+    def units(self):
+        return self.engine.owned_units(self.layer)
 
 
 class TierTrainer(TrainerBase):

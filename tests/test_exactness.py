@@ -77,3 +77,11 @@ def test_exact_with_keyed_dropout(tmp_path, small_graph_npz, model):
 ])
 def test_prediction_machinery_keeps_exactness(tmp_path, small_graph_npz, extra):
     compare(tmp_path, small_graph_npz, "gcn", 3, 2, epochs=4, extra=extra)
+
+
+@needs_netns
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_storage_tier_on_two_workers_matches_single_process(tmp_path, small_graph_npz, model):
+    """Each worker pages its partition through the tier (4 sub-partitions, 64 KiB cache)."""
+    compare(tmp_path, small_graph_npz, model, 3, 2, epochs=3, dropout=0.5,
+            extra=("--storage-tier", tmp_path / "tier", "--subparts", 4, "--host-cache-budget", "64K"))

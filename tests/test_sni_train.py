@@ -51,3 +51,14 @@ def test_adaptive_policy_pulls_only_drifting_rows(tmp_path, small_graph_npz, bou
         assert all(e["bytes_recv"] > 0 for e in stale)
     else:
         assert pulled == [0] * len(stale) and all(e["bytes_recv"] == 0 for e in stale)
+
+
+@needs_netns
+def test_prediction_and_storage_tier_together(tmp_path, small_graph_npz):
+    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--storage-tier",
+                          tmp_path / "tier", "--subparts", 3, "--host-cache-budget", "128K")
+    assert all(e["storage_bytes"] > 0 and 0 <= e["cache_hit_rate"] <= 1 for e in epochs)
+    stale = [e for e in epochs if e["mode"] == "stale"]
+    assert stale and all(e["bytes_recv"] == 0 for e in stale)
+    assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halo for e in stale)
+    assert not any((tmp_path / "tier").rglob("*.bin"))  # the tier removed its files

@@ -45,7 +45,7 @@ class SNIExchange(HaloExchange):
         return self.mode
 
     # ---------------------------------------------------------------- forward
-    def forward_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+    def forward_rows(self, layer: int, owned) -> torch.Tensor:
         table = self.tables[layer]
         if self.mode == "sync":
             rows = super().forward_rows(layer, owned)
@@ -61,7 +61,7 @@ class SNIExchange(HaloExchange):
         adaptive = self.cfg.sync_policy == "adaptive"
         if need_true or adaptive:
             # someone pulls this layer's rows now: publish ours first
-            self._write_owned(self.emb[layer].local_partition, owned.detach())
+            self._write_owned(self.emb[layer].local_partition, owned)
             self.collective.barrier()
         if adaptive:
             used = self._adaptive_pull(table, layer, used)
