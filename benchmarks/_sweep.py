@@ -9,25 +9,70 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _wanted(run: dict, dataset_args: list, workers: int) -> dict:
+    wanted = dict(run, workers=workers)
+    flags = list(map(str, dataset_args))
+    for flag, value in zip(flags[::2], flags[1::2]):
+        wanted[flag.lstrip("-").replace("-", "_")] = value
+    return {k: str(v) for k, v in wanted.items()}
+
+
+def _finished(out_dir: str) -> dict:
+    """Config of every finished run file in ``out_dir``, by path."""
+    found = {}
+    for name in sorted(os.listdir(out_dir)):
+        if name.startswith("run") and name.endswith(".json"):
+            try:
+                with open(os.path.join(out_dir, name)) as fh:
+                    found[os.path.join(out_dir, name)] = json.load(fh)["config"]
+            except (OSError, ValueError, KeyError):
+                pass  # unfinished or foreign: ignored, never overwritten
+    return found
+
+
 def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_args=()) -> list:
-    """Train every run (a dict of sweepable settings) on one cluster; return their metrics."""
+    """Train every run (a dict of sweepable settings) on one cluster; return their metrics.
+
+    A run whose settings match a metrics file already in ``out_dir`` is not rerun, so an
+    interrupted study resumes where it stopped; new runs go to fresh ``runNNN.json`` files.
+    """
     os.makedirs(out_dir, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-        json.dump(runs, fh)
-        sweep = fh.name
-    cmd = [sys.executable, "-m", "dgl_sni.cli", "train", *map(str, dataset_args), "--workers", str(workers),
-           *map(str, base_args), "--sweep", sweep, "--metrics", out_dir, "--quiet"]
-    start = time.time()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    os.unlink(sweep)
-    if proc.returncode != 0:
-        raise RuntimeError(f"sweep failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    finished = _finished(out_dir)
+    paths, todo = [None] * len(runs), []
+    for i, run in enumerate(runs):
+        wanted = _wanted(run, dataset_args, workers)
+        hit = next((p for p, c in finished.items() if all(str(c.get(k)) == v for k, v in wanted.items())), None)
+        if hit is None:
+            todo.append(i)
+        else:
+            paths[i] = hit
+            del finished[hit]
+    if len(todo) < len(runs):
+        print(f"  resuming: {len(runs) - len(todo)} of {len(runs)} runs already done", flush=True)
+    if todo:
+        start = time.time()
+        taken = {n for n in os.listdir(out_dir) if n.startswith("run")}
+        fresh = (f"run{k:03d}.json" for k in range(10**6) if f"run{k:03d}.json" not in taken)
+        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".sweep") as tmp:
+            sweep = os.path.join(tmp, "sweep.json")
+            with open(sweep, "w") as fh:
+                json.dump([runs[i] for i in todo], fh)
+            cmd = [sys.executable, "-m", "dgl_sni.cli", "train", *map(str, dataset_args), "--workers",
+                   str(workers), *map(str, base_args), "--sweep", sweep, "--metrics", tmp, "--quiet"]
+            env = dict(os.environ, PYTHONPATH=ROOT)
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+            for j, i in enumerate(todo):  # keep every finished run, also when a later one failed
+                done = os.path.join(tmp, f"run{j:03d}.json")
+                if os.path.exists(done):
+                    paths[i] = os.path.join(out_dir, next(fresh))
+                    os.replace(done, paths[i])
+            if proc.returncode != 0:
+                raise RuntimeError(f"sweep failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        print(f"  {len(todo)} runs in {time.time() - start:.0f} s", flush=True)
     results = []
-    for index in range(len(runs)):
-        with open(os.path.join(out_dir, f"run{index:03d}.json")) as fh:
+    for path in paths:
+        with open(path) as fh:
             results.append(json.load(fh))
-    print(f"  {len(runs)} runs in {time.time() - start:.0f} s", flush=True)
     return results
 
 

@@ -16,6 +16,9 @@ predictor touches; elsewhere served = cache). Ratio < 1: the predictor beat the 
 Results: ``benchmarks/results/staleness.json`` and ``staleness.png``.
 
     python benchmarks/staleness_study.py [--datasets cora,citeseer,synthetic] [--seeds 0,1]
+
+Finished runs are kept (``benchmarks/results/staleness_runs/``) and not rerun, and a
+run of some datasets keeps the rows of the others in ``staleness.json``.
 """
 import argparse
 import json
@@ -72,13 +75,25 @@ def main():
                               ratio_all_halo_mean=statistics.mean(r["ratio_all_halo"] for r in per_seed),
                               test_acc_mean=statistics.mean(r["test_acc"] for r in per_seed),
                               per_seed=per_seed))
-    checks = targets(table)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "staleness.json"), "w") as fh:
+    out = os.path.join(args.out, "staleness.json")
+    table = kept_rows(out, {r["dataset"] for r in table}) + table
+    checks = targets(table)
+    with open(out, "w") as fh:
         json.dump(dict(grid=dict(intervals=INTERVALS, ratios=RATIOS, dropouts=DROPOUTS),
                        epochs=args.epochs, workers=args.workers, rows=table, targets=checks), fh, indent=1)
     report(table, checks)
     plot(table, os.path.join(args.out, "staleness.png"))
+
+
+def kept_rows(path: str, replaced: set) -> list:
+    """Rows of an earlier ``staleness.json`` for datasets this invocation did not run, so
+    datasets can be studied one at a time (with their own seeds) into one result."""
+    try:
+        with open(path) as fh:
+            return [r for r in json.load(fh)["rows"] if r["dataset"] not in replaced]
+    except (OSError, ValueError, KeyError):
+        return []
 
 
 def targets(table):

@@ -19,6 +19,8 @@ import dgl_sni  # noqa: F401
 from dgl.distributed import DistTensor
 from dgl.distributed.kvstore import get_kvstore
 
+from patches.kvstore_lazy_init import lazy_zeros
+
 from .metrics import Counters
 
 PUBLISH_CHUNK_ROWS = 65536  # owned rows copied per step when publishing from the storage tier
@@ -34,17 +36,27 @@ class LayerTensors:
 
     One set serves every run of a sweep with the same hidden widths: gradient shards are
     zeroed after every read and embedding shards are overwritten before every pull.
+    With ``tier_root`` (trainers on the storage tier) the embedding tensors are backed
+    by the tier: servers answer pulls from the owners' tier files
+    (:mod:`storage_tier.shard`), and their shared-memory shards stay empty.
     """
 
-    def __init__(self, graph, dims: list, name: str = "sni"):
+    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None):
         policy = graph.get_node_partition_policy("_N")
         n = graph.num_nodes()
         kv = get_kvstore()
         self.dims = list(dims)
+        self.tier_root = tier_root
         self.emb, self.grad = {}, {}
         for layer, dim in enumerate(dims, start=1):
-            self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
-                                         part_policy=policy)
+            if tier_root is None:
+                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                             part_policy=policy)
+            else:  # rows stay in the owners' tier files; the shard holds no memory
+                from storage_tier.shard import TierPullHandler
+                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                             part_policy=policy, init_func=lazy_zeros)
+                kv.register_pull_handler(self.emb[layer].kvstore_key, TierPullHandler(tier_root, layer, dim))
             self.grad[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_g{layer}",
                                           part_policy=policy)
             kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)
@@ -76,11 +88,21 @@ class HaloExchange:
         self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
             if self.owner_machines else torch.empty(0, dtype=torch.int64)
         self.emb, self.grad = tensors.emb, tensors.grad
+        self.tier_backed = tensors.tier_root is not None
+
+    def owned_local_offsets(self) -> np.ndarray:
+        """Shard offset of every owned row, in block row order."""
+        if self._owned_local is None:
+            return np.arange(self.num_owned)
+        return self._owned_local.numpy()
 
     # -------------------------------------------------------------- row movement
     def _write_owned(self, shard: torch.Tensor, rows) -> None:
         """Copy the owned rows into the local shard: a tensor, or a reader (storage tier)
         with ``units()`` yielding ``(owned row ids, rows)``, or a plain ``rows(slice)``."""
+        if self.tier_backed:  # the tier wrote them already; make sure they reached storage
+            rows.sync()
+            return
         if not callable(rows):
             rows = rows.detach()
             if self._owned_local is None:

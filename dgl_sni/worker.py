@@ -26,6 +26,7 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
+from patches import kvstore_lazy_init
 
 from .block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
@@ -161,10 +162,11 @@ class WorkerSession:
             self._views[key] = build_local_view(self.g, model, self.counters, self.orig_nids)
         return self._views[key]
 
-    def tensors(self, dims: list) -> LayerTensors:
-        key = tuple(dims)
+    def tensors(self, dims: list, tier_root: str | None = None) -> LayerTensors:
+        key = (tuple(dims), tier_root)
         if key not in self._tensors:
-            self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}")
+            self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}",
+                                              tier_root=tier_root)
         return self._tensors[key]
 
     def num_classes(self, view) -> int:
@@ -180,7 +182,8 @@ class WorkerSession:
         num_classes = self.num_classes(view)
         dims = init_model(cfg.seed, cfg.model, view.x_src.shape[1], cfg.hidden, num_classes, cfg.layers,
                           heads=cfg.heads).hidden_dims()
-        tensors = self.tensors(dims)
+        tier_root = os.path.abspath(cfg.storage_tier) if cfg.storage_tier else None
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None)
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
@@ -191,6 +194,9 @@ class WorkerSession:
             exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
         if cfg.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, TierExchange(exchange))
+            if tensors.tier_root:
+                trainer.write_shard_layouts(tensors.tier_root, self.rank, exchange.owned_local_offsets())
+                collective.barrier()  # every server can now find every layout
         else:
             trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
                                        collective=collective, counters=counters)
@@ -348,9 +354,11 @@ def main(argv=None) -> int:
         except ClusterError as err:
             print(f"dgl-sni: {err}", file=sys.stderr)
             return 3
+        kvstore_lazy_init.install()  # tier-backed shards stay empty in this server
         dgl.distributed.initialize(ns.ip_config)
         return 0  # not reached: servers exit inside initialize
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
+    kvstore_lazy_init.install()
     dgl.distributed.initialize(ns.ip_config)
     try:
         run_trainer(ns)

@@ -669,6 +669,10 @@ class _OwnedReader:
     def units(self):
         return self.engine.owned_units(self.layer)
 
+    def sync(self) -> None:
+        """Wait until every unit of the layer is on storage (others read the files)."""
+        self.engine.io.wait()
+
 
 class TierTrainer(TrainerBase):
     """Full-graph training of one worker's partition through the storage tier.
@@ -790,6 +794,19 @@ class TierTrainer(TrainerBase):
         return self._accuracies(correct)
 
     # ------------------------------------------------------------------ state
+    def write_shard_layouts(self, root: str, machine: int, owned_local: np.ndarray | None = None) -> None:
+        """Record where each owned row of every hidden layer lives in this trainer's files,
+        for tier-backed DistTensors (:mod:`storage_tier.shard`). ``owned_local[i]``: shard
+        offset of view row ``i`` (default: the identity)."""
+        from .shard import TierShardLayout, layout_path
+        plan = self.plan
+        n = plan.num_owned
+        view_of_local = np.arange(n) if owned_local is None else np.argsort(owned_local)
+        part, pos = plan.locate(plan.inv_perm[view_of_local])
+        for layer in range(1, self.model.num_layers):
+            paths = [self.io.path(("act", layer, p)) for p in range(plan.num_parts)]
+            TierShardLayout.write(layout_path(root, machine, layer), paths, part, pos)
+
     def gradients(self) -> dict:
         """Weight gradients of the last step by parameter name."""
         return {k: p.grad.detach().clone() for k, p in self.model.named_parameters()

@@ -228,6 +228,33 @@ def unit_name(key) -> str:
     return f"{kind}_l{layer}_p{part}.bin"
 
 
+def read_unit(path: str) -> np.ndarray:
+    """Read one unit file synchronously (buffered, checksum verified); no engine needed.
+
+    Used where no :class:`IOEngine` runs, e.g. in a DGL server answering remote pulls
+    from a trainer's tier files (:mod:`storage_tier.shard`).
+    """
+    try:
+        with open(path, "rb") as fh:
+            head = memoryview(fh.read(HEADER))
+            if len(head) < HEADER:
+                raise StorageError(f"corrupt storage file {path}: truncated header ({len(head)} bytes)")
+            meta = IOEngine._parse_header(path, head)
+            payload = fh.read(int(meta["nbytes"]))
+    except FileNotFoundError as err:
+        raise StorageError(f"missing storage file {path}") from err
+    except OSError as err:
+        raise StorageError(f"cannot read {path}: {err}") from err
+    if len(payload) != int(meta["nbytes"]):
+        raise StorageError(f"corrupt storage file {path}: truncated, payload {len(payload)} bytes, "
+                           f"header says {meta['nbytes']}")
+    crc = zlib.crc32(payload)
+    if crc != int(meta["crc32"]):
+        raise StorageError(f"corrupt storage file {path}: checksum mismatch, expected crc32 "
+                           f"0x{int(meta['crc32']):08x}, found 0x{crc:08x}")
+    return np.frombuffer(payload, dtype=np.dtype(meta["dtype"])).reshape(meta["shape"])
+
+
 class IOEngine:
     """Reads and writes unit files under a private run directory; owns the I/O threads.
 

@@ -82,6 +82,8 @@ def test_prediction_machinery_keeps_exactness(tmp_path, small_graph_npz, extra):
 @needs_netns
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_storage_tier_on_two_workers_matches_single_process(tmp_path, small_graph_npz, model):
-    """Each worker pages its partition through the tier (4 sub-partitions, 64 KiB cache)."""
+    """Each worker pages its partition through the tier (4 sub-partitions, 64 KiB cache); its
+    per-layer embedding DistTensors are tier-backed: their shared-memory shards stay zero, so
+    every halo row the other worker pulls must come from the owner's tier files."""
     compare(tmp_path, small_graph_npz, model, 3, 2, epochs=3, dropout=0.5,
             extra=("--storage-tier", tmp_path / "tier", "--subparts", 4, "--host-cache-budget", "64K"))
