@@ -1,6 +1,7 @@
 """Run a sweep of training configurations on one emulated cluster and read the results back."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -18,23 +19,35 @@ def _wanted(run: dict, dataset_args: list, workers: int) -> dict:
 
 
 def _finished(out_dir: str) -> dict:
-    """Config of every finished run file in ``out_dir``, by path."""
+    """Config of every finished run file in ``out_dir`` and in staging folders that an
+    interrupted sweep left behind, by path."""
     found = {}
-    for name in sorted(os.listdir(out_dir)):
-        if name.startswith("run") and name.endswith(".json"):
-            try:
-                with open(os.path.join(out_dir, name)) as fh:
-                    found[os.path.join(out_dir, name)] = json.load(fh)["config"]
-            except (OSError, ValueError, KeyError):
-                pass  # unfinished or foreign: ignored, never overwritten
+    folders = [out_dir] + [os.path.join(out_dir, d) for d in sorted(os.listdir(out_dir))
+                           if d.startswith(".sweep") and os.path.isdir(os.path.join(out_dir, d))]
+    for folder in folders:
+        for name in sorted(os.listdir(folder)):
+            if name.startswith("run") and name.endswith(".json"):
+                try:
+                    with open(os.path.join(folder, name)) as fh:
+                        found[os.path.join(folder, name)] = json.load(fh)["config"]
+                except (OSError, ValueError, KeyError):
+                    pass  # unfinished or foreign: ignored, never overwritten
     return found
+
+
+def _fresh_names(out_dir: str):
+    taken = set(os.listdir(out_dir))
+    for k in range(10**6):
+        if f"run{k:03d}.json" not in taken:
+            yield os.path.join(out_dir, f"run{k:03d}.json")
 
 
 def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_args=()) -> list:
     """Train every run (a dict of sweepable settings) on one cluster; return their metrics.
 
     A run whose settings match a metrics file already in ``out_dir`` is not rerun, so an
-    interrupted study resumes where it stopped; new runs go to fresh ``runNNN.json`` files.
+    interrupted study resumes where it stopped. New runs are written to a staging folder
+    ``out_dir/.sweep-*`` while the sweep runs and moved to fresh ``runNNN.json`` names.
     """
     os.makedirs(out_dir, exist_ok=True)
     finished = _finished(out_dir)
@@ -49,26 +62,34 @@ def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_a
             del finished[hit]
     if len(todo) < len(runs):
         print(f"  resuming: {len(runs) - len(todo)} of {len(runs)} runs already done", flush=True)
+    fresh = _fresh_names(out_dir)
+    for i, path in enumerate(paths):  # adopt runs finished by an interrupted sweep
+        if path is not None and os.path.dirname(path) != out_dir:
+            paths[i] = next(fresh)
+            os.replace(path, paths[i])
     if todo:
         start = time.time()
-        taken = {n for n in os.listdir(out_dir) if n.startswith("run")}
-        fresh = (f"run{k:03d}.json" for k in range(10**6) if f"run{k:03d}.json" not in taken)
-        with tempfile.TemporaryDirectory(dir=out_dir, prefix=".sweep") as tmp:
-            sweep = os.path.join(tmp, "sweep.json")
-            with open(sweep, "w") as fh:
-                json.dump([runs[i] for i in todo], fh)
-            cmd = [sys.executable, "-m", "dgl_sni.cli", "train", *map(str, dataset_args), "--workers",
-                   str(workers), *map(str, base_args), "--sweep", sweep, "--metrics", tmp, "--quiet"]
-            env = dict(os.environ, PYTHONPATH=ROOT)
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-            for j, i in enumerate(todo):  # keep every finished run, also when a later one failed
-                done = os.path.join(tmp, f"run{j:03d}.json")
-                if os.path.exists(done):
-                    paths[i] = os.path.join(out_dir, next(fresh))
-                    os.replace(done, paths[i])
-            if proc.returncode != 0:
-                raise RuntimeError(f"sweep failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+        stage = tempfile.mkdtemp(dir=out_dir, prefix=".sweep-")
+        sweep = os.path.join(stage, "sweep.json")
+        with open(sweep, "w") as fh:
+            json.dump([runs[i] for i in todo], fh)
+        cmd = [sys.executable, "-m", "dgl_sni.cli", "train", *map(str, dataset_args), "--workers",
+               str(workers), *map(str, base_args), "--sweep", sweep, "--metrics", stage, "--quiet"]
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        for j, i in enumerate(todo):  # keep every finished run, also when a later one failed
+            done = os.path.join(stage, f"run{j:03d}.json")
+            if os.path.exists(done):
+                paths[i] = next(fresh)
+                os.replace(done, paths[i])
+        if proc.returncode != 0:
+            raise RuntimeError(f"sweep failed ({proc.returncode}), finished runs kept in {out_dir}:\n"
+                               f"{proc.stderr[-4000:]}")
+        shutil.rmtree(stage, ignore_errors=True)
         print(f"  {len(todo)} runs in {time.time() - start:.0f} s", flush=True)
+    for stale in [d for d in os.listdir(out_dir) if d.startswith(".sweep")]:
+        if not any(n.startswith("run") for n in os.listdir(os.path.join(out_dir, stale))):
+            shutil.rmtree(os.path.join(out_dir, stale), ignore_errors=True)
     results = []
     for path in paths:
         with open(path) as fh:

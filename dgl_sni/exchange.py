@@ -53,10 +53,10 @@ class LayerTensors:
                 self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
                                              part_policy=policy)
             else:  # rows stay in the owners' tier files; the shard holds no memory
-                from storage_tier.shard import TierPullHandler
+                from storage_tier.shard import TierPullHandler, layer_tag
                 self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
                                              part_policy=policy, init_func=lazy_zeros)
-                kv.register_pull_handler(self.emb[layer].kvstore_key, TierPullHandler(tier_root, layer, dim))
+                kv.register_pull_handler(self.emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
             self.grad[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_g{layer}",
                                           part_policy=policy)
             kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)

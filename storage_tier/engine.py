@@ -798,14 +798,14 @@ class TierTrainer(TrainerBase):
         """Record where each owned row of every hidden layer lives in this trainer's files,
         for tier-backed DistTensors (:mod:`storage_tier.shard`). ``owned_local[i]``: shard
         offset of view row ``i`` (default: the identity)."""
-        from .shard import TierShardLayout, layout_path
+        from .shard import TierShardLayout, layer_tag, layout_path
         plan = self.plan
         n = plan.num_owned
         view_of_local = np.arange(n) if owned_local is None else np.argsort(owned_local)
         part, pos = plan.locate(plan.inv_perm[view_of_local])
         for layer in range(1, self.model.num_layers):
             paths = [self.io.path(("act", layer, p)) for p in range(plan.num_parts)]
-            TierShardLayout.write(layout_path(root, machine, layer), paths, part, pos)
+            TierShardLayout.write(layout_path(root, machine, layer_tag(layer)), paths, part, pos)
 
     def gradients(self) -> dict:
         """Weight gradients of the last step by parameter name."""

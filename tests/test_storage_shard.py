@@ -1,12 +1,17 @@
 """Tier-backed DistTensor shards: layouts, the server's pull handler, the lazy shm init."""
+import json
 import os
 import pickle
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 import dgl_sni  # noqa: F401
+from conftest import ROOT, needs_netns, run_cli
+from dgl_sni.data import load_npz
+from dgl_sni.partition import partition
 from patches import kvstore_lazy_init
 from storage_tier.io_engine import HEADER, IOEngine, StorageError, read_unit
 from storage_tier.shard import TierPullHandler, TierShardLayout, layout_path
@@ -25,7 +30,7 @@ def tier(tmp_path):
     part = np.array([1, 0, 0, 1, 0, 1, 0])
     pos = np.array([2, 0, 3, 0, 1, 1, 2])
     root = tmp_path / "root"
-    TierShardLayout.write(layout_path(str(root), 1, 1), [io.path(("act", 1, p)) for p in range(2)], part, pos)
+    TierShardLayout.write(layout_path(str(root), 1, "h1"), [io.path(("act", 1, p)) for p in range(2)], part, pos)
     expected = np.stack([units[a][b] for a, b in zip(part, pos)])
     yield dict(io=io, root=str(root), expected=expected)
     io.close()
@@ -34,7 +39,7 @@ def tier(tmp_path):
 def test_server_pull_handler_gathers_from_tier_files(tier, monkeypatch):
     monkeypatch.setenv("DGL_ROLE", "server")
     monkeypatch.setenv("DGL_SERVER_ID", "1")
-    handler = pickle.loads(pickle.dumps(TierPullHandler(tier["root"], 1, 3)))  # as DGL ships it
+    handler = pickle.loads(pickle.dumps(TierPullHandler(tier["root"], "h1", 3)))  # as DGL ships it
     ids = torch.tensor([6, 0, 3, 3, 5])
     got = handler(None, "sni_h1", ids)
     np.testing.assert_array_equal(got.numpy(), tier["expected"][ids.numpy()])
@@ -44,13 +49,13 @@ def test_server_pull_handler_gathers_from_tier_files(tier, monkeypatch):
 def test_layout_rewritten_by_a_later_run_is_reloaded(tier, monkeypatch):
     monkeypatch.setenv("DGL_ROLE", "server")
     monkeypatch.setenv("DGL_SERVER_ID", "1")
-    handler = TierPullHandler(tier["root"], 1, 3)
+    handler = TierPullHandler(tier["root"], "h1", 3)
     handler(None, "x", torch.tensor([0]))
     io = tier["io"]
-    TierShardLayout.write(layout_path(tier["root"], 1, 1), [io.path(("act", 1, 0))], np.zeros(7, int),
+    TierShardLayout.write(layout_path(tier["root"], 1, "h1"), [io.path(("act", 1, 0))], np.zeros(7, int),
                           np.array([3, 2, 1, 0, 0, 1, 2]))
-    st = os.stat(layout_path(tier["root"], 1, 1))
-    os.utime(layout_path(tier["root"], 1, 1), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    st = os.stat(layout_path(tier["root"], 1, "h1"))
+    os.utime(layout_path(tier["root"], 1, "h1"), ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     got = handler(None, "x", torch.tensor([0, 3]))
     np.testing.assert_array_equal(got.numpy(), io.read(("act", 1, 0))[[3, 0]])
 
@@ -67,7 +72,7 @@ def test_corrupt_or_missing_unit_is_a_clear_error(tier, monkeypatch):
     with pytest.raises(StorageError, match="checksum mismatch"):
         read_unit(path)
     with pytest.raises(StorageError, match="checksum"):
-        TierPullHandler(tier["root"], 1, 3)(None, "x", torch.tensor([1]))
+        TierPullHandler(tier["root"], "h1", 3)(None, "x", torch.tensor([1]))
     with pytest.raises(StorageError, match="missing storage file"):
         read_unit(path + ".gone")
 
@@ -83,3 +88,27 @@ def test_lazy_zeros_shard_is_never_copied():
     real = torch.ones(1000, 16)
     rpc.copy_data_to_shared_memory(dst, real)  # any other init still copies
     assert (dst == 1.0).all()
+
+
+@needs_netns
+def test_tier_backed_dist_tensor_on_two_machines(tmp_path, small_graph_npz):
+    """SNIDistTensor(storage=TierStorage) in a DistDGL script on two emulated machines:
+    every read -- local through the host cache, remote through the owner's server from
+    its tier files -- equals a plain DistTensor's, and the shm shard stays zero."""
+    parts = partition(load_npz(small_graph_npz), 2, str(tmp_path / "parts"), method="metis",
+                      graph_name="graph")
+    out = tmp_path / "out"
+    out.mkdir()
+    run_cli("launch", "--workers", 2, "--part-config", parts, "--", sys.executable,
+            os.path.join(ROOT, "tests", "scripts", "tier_tensor_script.py"),
+            "--ip_config", "{ip_config}", "--part_config", "{part_config}", "--out", out,
+            "--tier", tmp_path / "tier", "--epochs", 3)
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)]
+    for r in results:
+        assert r["halo"] > 0 and r["same"] == [True, True, True]
+        assert r["shm_shard_zero"] and r["shm_shard_nonzero_plain"]
+        assert "belong to other machines" in r["foreign_error"]
+        st = r["storage"]
+        assert st["cache_misses"] > 0 and st["cache_hits"] > 0 and st["cache_peak_bytes"] <= 4096
+        assert st["bytes_read"] > 0 and st["bytes_written"] > 0
+    assert results[0]["halo_sums"] != results[1]["halo_sums"]  # each read the other's rows

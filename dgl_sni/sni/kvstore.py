@@ -49,15 +49,47 @@ class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
     Constructed after :func:`enable`, a tensor created by the script (not one wrapping
     graph data loaded from the partitions) is managed by SNI; ``sni_stats`` reports
     what its pulls did.
+
+    ``storage``: a :class:`storage_tier.shard.TierStorage` keeps this tensor's local
+    shard in the storage tier instead of shared memory (which stays untouched): local
+    reads page through the tier's host cache, remote pulls of these rows are answered
+    by the owning machine's server from the tier files. The tensor starts as zeros, and
+    each machine writes only the rows it owns (what full-graph training does).
     """
 
     def __init__(self, shape, dtype, name=None, init_func=None, part_policy=None,
-                 persistent=False, is_gdata=True, attach=True):
+                 persistent=False, is_gdata=True, attach=True, storage=None):
+        self.tier_shard = None
+        if storage is not None:
+            if init_func is not None:
+                raise ValueError("a tier-backed DistTensor starts as zeros: init_func is not supported "
+                                 "with storage=")
+            if persistent:
+                raise ValueError("a tier-backed DistTensor lives as long as its TierStorage: "
+                                 "persistent=True is not supported with storage=")
+            from patches.kvstore_lazy_init import lazy_zeros
+            init_func = lazy_zeros
         super().__init__(shape, dtype, name=name, init_func=init_func, part_policy=part_policy,
                          persistent=persistent, is_gdata=is_gdata, attach=attach)
+        if storage is not None:
+            policy = self._part_policy
+            self.tier_shard = storage.attach(self.kvstore, self.kvstore_key, policy.get_part_size(),
+                                             tuple(shape), dtype)
         client = _STATE["client"]
         if client is not None:
             client.register(self, created_by_script=attach)
+
+    def __setitem__(self, idx, val):
+        if self.tier_shard is not None:
+            idx = _dist_tensor.totensor(idx)
+            parts = self._part_policy.to_partid(idx)
+            foreign = parts != self.kvstore.machine_id
+            if bool(foreign.any()):
+                raise ValueError(f"tier-backed DistTensor {self.tensor_name!r}: {int(foreign.sum())} of "
+                                 f"{idx.numel()} rows written belong to other machines (e.g. row "
+                                 f"{int(idx[foreign][0])} of machine {int(parts[foreign][0])}); each machine "
+                                 f"writes only its own rows")
+        super().__setitem__(idx, val)
 
     @property
     def sni_stats(self) -> dict:
@@ -266,6 +298,8 @@ def install_autoenable() -> None:
     _STATE["initialize"] = original
 
     def initialize(*args, **kwargs):
+        from patches import kvstore_lazy_init
+        kvstore_lazy_init.install()  # tier-backed tensors' shm shards stay untouched in servers
         result = original(*args, **kwargs)  # servers never return from here
         if os.environ.get("DGL_ROLE", "client") != "server":
             enable()
