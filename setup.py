@@ -44,6 +44,6 @@ setup(
     install_requires=REQUIREMENTS,
     extras_require={"test": ["pytest==9.2.0", "pytest-benchmark==5.3.1"]},
     ext_modules=extensions(),
-    entry_points={"console_scripts": ["dgl-sni=dgl_sni.cli:main"]},
+    entry_points={"console_scripts": ["dgl-sni=dgl_sni.cli:main", "sni-agent=dpu_agent.agent:main"]},
     zip_safe=False,
 )

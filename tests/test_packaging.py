@@ -36,3 +36,16 @@ def test_cli_help_lists_the_commands():
     assert proc.returncode == 0
     for command in ("partition", "train", "launch", "cleanup"):
         assert command in proc.stdout
+
+
+def test_console_scripts_are_installed():
+    from importlib.metadata import entry_points
+    scripts = {e.name: e.value for e in entry_points(group="console_scripts")}
+    assert scripts.get("dgl-sni") == "dgl_sni.cli:main"
+    assert scripts.get("sni-agent") == "dpu_agent.agent:main"
+
+
+def test_agent_without_a_transport_says_what_to_give():
+    proc = subprocess.run([sys.executable, "-m", "dpu_agent.agent"], capture_output=True, text=True,
+                          cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 2 and "give --fd (host emulation) or --doca (DPU)" in proc.stderr
