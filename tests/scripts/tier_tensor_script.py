@@ -13,7 +13,7 @@ import dgl
 import torch
 import torch.distributed as dist
 
-from dgl_sni.sni.kvstore import SNIDistTensor
+from dgl_sni import SNIDistTensor
 from storage_tier.shard import TierStorage
 
 parser = argparse.ArgumentParser()
