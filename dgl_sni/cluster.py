@@ -305,10 +305,11 @@ class LocalCluster:
             if on_poll is not None:
                 on_poll()
             procs = self.processes()
-            for p in procs:
-                code = p.popen.poll()
-                if code not in (None, 0) and p.critical:
-                    raise ClusterError(self._failure_message(p, code))
+            failed = [(p, p.popen.poll()) for p in procs if p.critical and p.popen.poll() not in (None, 0)]
+            if failed:
+                # a process killed by a signal is the cause; peers that then lost it exit with errors
+                failed.sort(key=lambda pc: pc[1] >= 0)
+                raise ClusterError(self._failure_message(*failed[0], others=failed[1:]))
             trainers = [p for p in procs if p.name.startswith("trainer")]
             if all(p.popen.poll() == 0 for p in trainers):
                 if trainers_done_at is None:
@@ -322,9 +323,12 @@ class LocalCluster:
             time.sleep(poll_s)
 
     @staticmethod
-    def _failure_message(p: Proc, code: int) -> str:
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        msg = f"{p.name} {how}; the run was stopped"
+    def _failure_message(p: Proc, code: int, others=()) -> str:
+        def how(c):
+            return f"was killed by signal {-c}" if c < 0 else f"exited with code {c}"
+        msg = f"{p.name} {how(code)}; the run was stopped"
+        if others:
+            msg += " (also " + ", ".join(f"{o.name} {how(c)}" for o, c in others) + ")"
         tail = p.tail()
         if tail:
             msg += f". Last lines of {p.log}:\n{tail}"
