@@ -72,7 +72,13 @@ def main():
                   f"emb bytes {row['emb_bytes_vs_E1']:.2f}x", flush=True)
         print("  " + json.dumps(out[dataset]["checks"]), flush=True)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "accuracy.json"), "w") as fh:
+    path = os.path.join(args.out, "accuracy.json")
+    try:  # keep the datasets this invocation did not run
+        with open(path) as fh:
+            out = {k: v for k, v in json.load(fh)["results"].items() if k not in out} | out
+    except (OSError, ValueError, KeyError):
+        pass
+    with open(path, "w") as fh:
         json.dump(dict(seeds=seeds, epochs=args.epochs, workers=args.workers, settings=settings,
                        results=out), fh, indent=1)
 
