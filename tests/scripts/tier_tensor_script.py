@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dgl_sni import SNIDistTensor
+from patches import kvstore_lazy_init
 from storage_tier.shard import TierStorage
 
 parser = argparse.ArgumentParser()
@@ -25,6 +26,7 @@ parser.add_argument("--tier", required=True)
 parser.add_argument("--epochs", type=int, default=3)
 args = parser.parse_args()
 
+kvstore_lazy_init.install()  # also runs in this script's server: the tier shard's shm stays untouched
 dgl.distributed.initialize(args.ip_config)
 dist.init_process_group("gloo")
 rank = dist.get_rank()
