@@ -33,7 +33,10 @@ def _start_long_run(tmp_path, npz):
         [sys.executable, "-m", "dgl_sni.cli", "train", "--dataset", npz, "--workers", "2",
          "--epochs", "100000", "--quiet", "--run-dir", str(run_dir)],
         cwd=ROOT, env=dict(os.environ, PYTHONPATH=ROOT), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+        stderr=subprocess.PIPE, text=True,
+        # as from a terminal: a suite started in the background (``make test &``) inherits
+        # SIGINT ignored, and the launcher would rightly keep ignoring it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     progress = run_dir / "progress.jsonl"
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
