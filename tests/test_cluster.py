@@ -83,6 +83,12 @@ def test_ctrl_c_tears_everything_down(tmp_path, small_graph_npz):
         proc.kill()
         _, err = proc.communicate()
         alive = [name for name, p in pids.items() if _alive(p)]
+        for pid in pids.values():  # the launcher is gone: do not leave its cluster running
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        run_cli("cleanup", check=False)
         pytest.fail(f"no exit within 90 s of Ctrl-C; still alive: {alive}; launcher said: {err[-2000:]}")
     assert proc.returncode == 130 and "interrupted" in err
     _assert_cleaned_up(proc, pids)
