@@ -8,6 +8,8 @@ distributed trainer (``exchange`` writes the owned rows and pulls the halo rows)
 """
 from __future__ import annotations
 
+import threading
+from contextlib import contextmanager
 from typing import Callable
 
 import torch
@@ -177,14 +179,29 @@ class FullGraphGNN(nn.Module):
         return drop
 
 
+_SEED_LOCK = threading.Lock()
+
+
+@contextmanager
+def seeded(seed: int):
+    """Draw from torch's global generator seeded with ``seed``, restoring it afterwards.
+
+    Serialised: trainers built in threads (tests, the storage tier's engine) would
+    otherwise interleave their draws and get different initial weights.
+    """
+    with _SEED_LOCK:
+        state = torch.random.get_rng_state()
+        torch.manual_seed(seed)
+        try:
+            yield
+        finally:
+            torch.random.set_rng_state(state)
+
+
 def init_model(seed: int, *args, **kwargs) -> FullGraphGNN:
     """Build a model whose initial weights depend on ``seed`` only (not on rank or world size)."""
-    state = torch.random.get_rng_state()
-    torch.manual_seed(seed)
-    try:
+    with seeded(seed):
         return FullGraphGNN(*args, **kwargs)
-    finally:
-        torch.random.set_rng_state(state)
 
 
 def count_parameters(model: nn.Module) -> int:

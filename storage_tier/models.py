@@ -60,7 +60,7 @@ import torch.nn.functional as F
 import dgl_sni  # noqa: F401
 from dgl_sni.block import MODELS_WITH_SELF_LOOPS, GraphBlock
 from dgl_sni.dropout import derive_seed, keyed_dropout
-from dgl_sni.models import _TAGS, FullGraphGNN
+from dgl_sni.models import _TAGS, FullGraphGNN, seeded
 
 
 class TierModel(nn.Module):
@@ -147,27 +147,23 @@ class _Shipped(TierModel):
         self.layers = gnn.layers
         self.self_loops = self.model_name in MODELS_WITH_SELF_LOOPS
 
+    def layer_forward(self, layer, graph_block, h):
+        """Input dropout, the layer, ``relu`` between layers (GAT overrides)."""
+        h = self.drop_input(layer, graph_block, h)
+        h = self.layers[layer](graph_block, h)
+        return h if layer == self.num_layers - 1 else F.relu(h)
+
 
 class TierGCN(_Shipped):
     """GCN on the tier: ``relu(D^-1/2 (A+I) D^-1/2 H W)`` per layer, logits last."""
 
     model_name = "gcn"
 
-    def layer_forward(self, layer, graph_block, h):
-        h = self.drop_input(layer, graph_block, h)
-        h = self.layers[layer](graph_block, h)
-        return h if layer == self.num_layers - 1 else F.relu(h)
-
 
 class TierSAGE(_Shipped):
     """GraphSAGE (mean) on the tier."""
 
     model_name = "sage"
-
-    def layer_forward(self, layer, graph_block, h):
-        h = self.drop_input(layer, graph_block, h)
-        h = self.layers[layer](graph_block, h)
-        return h if layer == self.num_layers - 1 else F.relu(h)
 
 
 class TierGAT(_Shipped):
@@ -188,10 +184,6 @@ def tier_model(cfg, in_dim: int, num_classes: int) -> TierModel:
     """The shipped model for ``cfg`` with the initial weights ``init_model(cfg.seed, ...)`` gives."""
     if cfg.model not in TIER_MODELS:
         raise ValueError(f"unknown model '{cfg.model}': choose one of {', '.join(TIER_MODELS)}")
-    state = torch.random.get_rng_state()
-    torch.manual_seed(cfg.seed)
-    try:
+    with seeded(cfg.seed):
         return TIER_MODELS[cfg.model](in_dim, cfg.hidden, num_classes, cfg.layers,
                                       dropout=cfg.dropout, heads=cfg.heads)
-    finally:
-        torch.random.set_rng_state(state)
