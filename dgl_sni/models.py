@@ -48,6 +48,32 @@ class GCNLayer(nn.Module):
         return h * block.dst_norm + self.bias
 
 
+class _HeadAndAll(torch.autograd.Function):
+    """``(h[:n], h)`` for a layer that reads its destination rows (the head) and all rows.
+
+    Autograd would sum the two gradients of ``h`` by zero-filling a full-size gradient for
+    the slice, copying the head's gradient into it and adding the other path's gradient
+    out of place (three passes over every source row). Here the head's gradient is added
+    into the other path's gradient in place (one pass over the head rows), when that
+    gradient is a fresh dense tensor; otherwise into a copy. Same values.
+    """
+
+    @staticmethod
+    def forward(ctx, h, n):
+        ctx.n, ctx.shape = int(n), h.shape
+        return h[: ctx.n], h.view_as(h)
+
+    @staticmethod
+    def backward(ctx, g_head, g_all):
+        if g_all is None:
+            g_all = g_head.new_zeros(ctx.shape)
+        elif not (g_all.is_contiguous() and g_all._base is None and not g_all.requires_grad):
+            g_all = g_all.clone()
+        if g_head is not None:
+            g_all[: ctx.n] += g_head
+        return g_all, None
+
+
 class SAGELayer(nn.Module):
     """GraphSAGE with mean aggregation: ``W_self h_v + W_neigh mean(h_u)``."""
 
@@ -65,7 +91,10 @@ class SAGELayer(nn.Module):
         return self.fc_self.out_features
 
     def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
-        h_dst = h_src[: block.num_dst]
+        if h_src.requires_grad:
+            h_dst, h_src = _HeadAndAll.apply(h_src, block.num_dst)
+        else:
+            h_dst = h_src[: block.num_dst]
         if self.fc_neigh.in_features > self.fc_neigh.out_features:
             neigh = dops.copy_u_mean(block.graph, self.fc_neigh(h_src))
         else:

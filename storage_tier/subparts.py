@@ -108,6 +108,11 @@ class Source:
     start: int
     stop: int
 
+    def __post_init__(self):
+        # torch view of ``rows`` for the engine's index_select/index_add_ (shares memory)
+        self.index = None if self.rows is None else torch.from_numpy(
+            np.ascontiguousarray(self.rows, dtype=np.int64))
+
 
 @dataclass
 class SubPartition:
