@@ -153,6 +153,11 @@ def main():
     parser.add_argument("--budget-layers", type=float, default=2.1,
                         help="host cache budget in units of the model's widest layer "
                              "(2.1: one layer's activations + its gradient buffer fit)")
+    parser.add_argument("--extra-budget-layers", type=lambda v: [float(x) for x in v.split(",") if x],
+                        default=[3.1],
+                        help="further cache budgets for the byte comparison (3.1: the backward "
+                             "working set act[l] + grad[l] + grad[l+1] fits, so only cold misses "
+                             "remain, the operating point of the GriNNder analysis)")
     parser.add_argument("--tiny-budget-mb", type=float, default=16)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--time-epochs", type=int, default=5)
@@ -184,54 +189,45 @@ def main():
                            torch_threads=torch.get_num_threads()))
 
     # 1-3: bytes per epoch, for every model ----------------------------------------------
-    runs, bytes_by_model = {}, {}
-    for model in args.byte_models.split(","):
-        mcfg = ModelConfig(model=model, layers=args.layers, hidden=args.hidden, heads=args.heads,
-                           dropout=0.5, seed=0)
+    runs, bytes_by_model, bytes_by_budget = {}, {}, {}
+
+    def fwd(r):
+        return r["fwd_bytes_read"] + r["fwd_bytes_written"]
+
+    def budget_runs(model, mcfg, budget_layers, auto, tag=""):
+        """The runs that depend on the cache budget, and every ratio at that budget."""
         width = max(args.feat_dim, args.hidden * (args.heads if model == "gat" else 1))
-        budget = int(args.budget_layers * args.nodes * width * 4)  # x the model's largest layer
-        print(f"[{model}] tier (regather + bypass), budget {budget / 2**20:.0f} MiB", flush=True)
+        budget = int(budget_layers * args.nodes * width * 4)  # x the model's largest layer
+        name = f"{model}{tag}"
+        print(f"[{name}] tier (regather + bypass), budget {budget / 2**20:.0f} MiB", flush=True)
         with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, **common) as t:
-            runs[f"{model}/tier"] = run_epochs(t, args.epochs)
+            runs[f"{name}/tier"] = run_epochs(t, args.epochs)
             setup = dict(setup_s=t.setup_s, alpha=t.plan.alpha, method=t.plan.method)
-        print(f"[{model}] tier with lazy write-back (writes only what the cache evicts)", flush=True)
+        print(f"[{name}] tier with lazy write-back (writes only what the cache evicts)", flush=True)
         with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, lazy_writes=True,
                                     **common) as t:
-            runs[f"{model}/tier_lazy"] = run_epochs(t, args.epochs)
-        print(f"[{model}] baseline (b): snapshot engine", flush=True)
-        with snapshot_trainer(mcfg, rowspace_from_graph(data, model), data.feat_dim,
-                              data.num_classes, host_cache_budget=budget, **common) as t:
-            runs[f"{model}/snapshot"] = run_epochs(t, args.epochs)
-        print(f"[{model}] baseline (a): autograd, saved tensors spilled", flush=True)
-        base = AutogradSpillTrainer(mcfg, whole_graph_view(data, model), data.feat_dim,
-                                    data.num_classes, **common)
-        try:
-            runs[f"{model}/autograd_spill"] = run_epochs(base, args.epochs)
-        finally:
-            base.close()
-        print(f"[{model}] baseline (a'): autograd + swap (activations and saved tensors in an "
+            runs[f"{name}/tier_lazy"] = run_epochs(t, args.epochs)
+        for lazy_writes in (False, True):
+            kind = "snapshot_lazy" if lazy_writes else "snapshot"
+            print(f"[{name}] baseline (b): {kind} engine", flush=True)
+            with snapshot_trainer(mcfg, rowspace_from_graph(data, model), data.feat_dim,
+                                  data.num_classes, host_cache_budget=budget,
+                                  lazy_writes=lazy_writes, **common) as t:
+                runs[f"{name}/{kind}"] = run_epochs(t, args.epochs)
+        print(f"[{name}] baseline (a'): autograd + swap (activations and saved tensors in an "
               f"LRU of the same {budget / 2**20:.0f} MiB over the storage)", flush=True)
         base = AutogradSpillTrainer(mcfg, whole_graph_view(data, model), data.feat_dim,
                                     data.num_classes, swap_budget=budget, **common)
         try:
-            runs[f"{model}/autograd_swap"] = run_epochs(base, args.epochs)
+            runs[f"{name}/autograd_swap"] = run_epochs(base, args.epochs)
         finally:
             base.close()
-        print(f"[{model}] baseline (b) with lazy write-back (as tier_lazy)", flush=True)
-        with snapshot_trainer(mcfg, rowspace_from_graph(data, model), data.feat_dim,
-                              data.num_classes, host_cache_budget=budget, lazy_writes=True,
-                              **common) as t:
-            runs[f"{model}/snapshot_lazy"] = run_epochs(t, args.epochs)
         alpha = setup["alpha"]
-        tier, snap, auto = (runs[f"{model}/{k}"][-1] for k in ("tier", "snapshot", "autograd_spill"))
-        lazy = runs[f"{model}/tier_lazy"][-1]
-        swap = runs[f"{model}/autograd_swap"][-1]
-        snap_lazy = runs[f"{model}/snapshot_lazy"][-1]
-
-        def fwd(r):
-            return r["fwd_bytes_read"] + r["fwd_bytes_written"]
-        bytes_by_model[model] = dict(
-            alpha=alpha, subpart_method=setup["method"], budget_bytes=budget,
+        tier, lazy, snap, snap_lazy, swap = (runs[f"{name}/{k}"][-1] for k in (
+            "tier", "tier_lazy", "snapshot", "snapshot_lazy", "autograd_swap"))
+        bm = dict(
+            alpha=alpha, subpart_method=setup["method"], budget_layers=budget_layers,
+            budget_bytes=budget,
             tier=tier["storage_bytes"], tier_fwd=fwd(tier),
             snapshot=snap["storage_bytes"], snapshot_fwd=fwd(snap),
             autograd_spill=auto["storage_bytes"], autograd_spill_fwd=fwd(auto),
@@ -251,12 +247,29 @@ def main():
             ratio_autograd_swap_vs_lazy=swap["storage_bytes"] / max(1, lazy["storage_bytes"]),
             snapshot_lazy=snap_lazy["storage_bytes"],
             ratio_snapshot_lazy_vs_lazy=snap_lazy["storage_bytes"] / max(1, lazy["storage_bytes"]))
-        bm = bytes_by_model[model]
-        print(f"[{model}] alpha {alpha:.2f}: autograd/tier {bm['ratio_autograd']:.2f}x, "
+        print(f"[{name}] alpha {alpha:.2f}: autograd/tier {bm['ratio_autograd']:.2f}x, "
               f"autograd+swap/tier {bm['ratio_autograd_swap']:.2f}x "
               f"(fwd {bm['ratio_autograd_swap_fwd']:.2f}x; target {(2 * alpha + 3) / 2:.2f}), "
               f"snapshot/tier {bm['ratio_snapshot']:.2f}x, lazy/lazy "
               f"{bm['ratio_snapshot_lazy_vs_lazy']:.2f}x (target {alpha:.2f})", flush=True)
+        return bm
+
+    for model in args.byte_models.split(","):
+        mcfg = ModelConfig(model=model, layers=args.layers, hidden=args.hidden, heads=args.heads,
+                           dropout=0.5, seed=0)
+        print(f"[{model}] baseline (a): autograd, saved tensors spilled", flush=True)
+        base = AutogradSpillTrainer(mcfg, whole_graph_view(data, model), data.feat_dim,
+                                    data.num_classes, **common)
+        try:  # does not depend on the cache budget
+            runs[f"{model}/autograd_spill"] = run_epochs(base, args.epochs)
+        finally:
+            base.close()
+        auto = runs[f"{model}/autograd_spill"][-1]
+        bytes_by_model[model] = budget_runs(model, mcfg, args.budget_layers, auto)
+        bytes_by_budget[model] = {str(args.budget_layers): bytes_by_model[model]}
+        for extra in args.extra_budget_layers:
+            bytes_by_budget[model][str(extra)] = budget_runs(model, mcfg, extra, auto,
+                                                             tag=f"@{extra}")
     print(f"[{args.model}] tier, tiny budget (storage-bound)", flush=True)
     with TierTrainer.from_graph(cfg, data, host_cache_budget=tiny, **common) as t:
         runs["tier_tiny"] = run_epochs(t, args.epochs)
@@ -273,7 +286,7 @@ def main():
     last = {k: v[-1] for k, v in runs.items()}
     last["tier"] = last.get(f"{args.model}/tier") or next(v for k, v in last.items() if k.endswith("/tier"))
     out["bytes"] = dict(
-        by_model=bytes_by_model, tier_tiny=last["tier_tiny"]["storage_bytes"],
+        by_model=bytes_by_model, by_budget=bytes_by_budget, tier_tiny=last["tier_tiny"]["storage_bytes"],
         accounting=("bytes passed to pwrite/preadv on unit files in the second epoch, reads + "
                     "writes, 4 KiB header and padding included; autograd_spill: spilled "
                     "saved float tensors only (weights, index/key tensors and layer outputs "
