@@ -55,7 +55,9 @@ class _HeadAndAll(torch.autograd.Function):
     the slice, copying the head's gradient into it and adding the other path's gradient
     out of place (three passes over every source row). Here the head's gradient is added
     into the other path's gradient in place (one pass over the head rows), when that
-    gradient is a fresh dense tensor; otherwise into a copy. Same values.
+    gradient is a fresh dense tensor; otherwise into a copy. Same values. Precondition:
+    the all-rows output feeds an op whose backward allocates its input gradient (SpMM,
+    matmul), never one that passes its gradient through to a second input (``+``).
     """
 
     @staticmethod
