@@ -69,14 +69,18 @@ class SpillHooks:
         self.saved_tensors = 0
         self.kept_bytes = 0
 
-    def pack(self, t: torch.Tensor):
+    def _account(self, t: torch.Tensor) -> bool:
+        """Count ``t``; True for a saved float tensor that is not a parameter (to spill)."""
         nbytes = t.numel() * t.element_size()
         if not t.is_floating_point() or t.untyped_storage().data_ptr() in self.keep:
             self.kept_bytes += nbytes
-            return ("mem", t)
+            return False
         self.saved_bytes += nbytes
         self.saved_tensors += 1
-        if self.io is None:
+        return True
+
+    def pack(self, t: torch.Tensor):
+        if not self._account(t) or self.io is None:
             return ("mem", t)
         key = ("saved", 0, self.counter)
         self.counter += 1
@@ -166,13 +170,12 @@ class SwapHooks(SpillHooks):
         self.swap = swap
 
     def pack(self, t: torch.Tensor):
-        packed = super().pack(t)
-        if t.is_floating_point() and t.untyped_storage().data_ptr() not in self.keep:
-            key = ("saved", 0, self.counter)
-            self.counter += 1
-            self.swap.put(key, t)
-            return ("swap", key)
-        return packed
+        if not self._account(t):
+            return ("mem", t)
+        key = ("saved", 0, self.counter)
+        self.counter += 1
+        self.swap.put(key, t)
+        return ("swap", key)
 
     def unpack(self, packed):
         if packed[0] != "swap":
@@ -228,13 +231,15 @@ class AutogradSpillTrainer:
             self.gather_idx.append(torch.cat(pieces))
         self.io = IOEngine(storage_dir, io_mode) if spill or swap_budget is not None else None
         self.swap = None if swap_budget is None else SwapSpace(self.io, swap_budget)
+        self._features_swapped = False
         self.step = 0
 
     def _swap_forward(self, L: int) -> torch.Tensor:
         """Forward with every unit of every layer in the swap space (``swap_budget``)."""
         swap, plan = self.swap, self.plan
-        if not any(k[0] == "act" and k[1] == 0 for k in swap.on_disk | set(swap.resident)):
-            for p in range(plan.num_parts):  # the input features, swapped like any data
+        if not self._features_swapped:  # the input features, swapped like any data
+            self._features_swapped = True
+            for p in range(plan.num_parts):
                 lo, _ = plan.unit_range(p)
                 swap.put(("act", 0, p), self.x[lo: lo + plan.unit_rows(p)])
         handles = [None] * plan.num_parts  # layer outputs, memory released, kept for autograd

@@ -415,13 +415,18 @@ class IOEngine:
         finally:
             if fd >= 0:
                 os.close(fd)
+        self._count("write", total, nbytes, start)
+        return total
+
+    def _count(self, kind: str, nbytes: int, payload: int, start: float) -> None:
+        """Add one finished ``read``/``write`` to :attr:`stats` (thread-safe)."""
+        done = "read" if kind == "read" else "written"
         with self._lock:
             s = self.stats
-            s["bytes_written"] += total
-            s["payload_written"] += nbytes
-            s["writes"] += 1
-            s["write_s"] += time.perf_counter() - start
-        return total
+            s[f"bytes_{done}"] += nbytes
+            s[f"payload_{done}"] += payload
+            s[f"{kind}s"] += 1
+            s[f"{kind}_s"] += time.perf_counter() - start
 
     @staticmethod
     def _pwrite_all(fd: int, view: memoryview, start: int, stop: int) -> None:
@@ -507,12 +512,7 @@ class IOEngine:
             raise StorageError(f"corrupt storage file {path}: payload checksum mismatch, expected "
                                f"crc32 0x{meta['crc32']:08x}, found 0x{crc:08x}")
         arr = np.ndarray(tuple(meta["shape"]), np.dtype(meta["dtype"]), buffer=mm, offset=HEADER)
-        with self._lock:
-            s = self.stats
-            s["bytes_read"] += done
-            s["payload_read"] += nbytes
-            s["reads"] += 1
-            s["read_s"] += time.perf_counter() - start
+        self._count("read", done, nbytes, start)
         return arr
 
     @staticmethod

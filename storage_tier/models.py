@@ -80,7 +80,8 @@ class TierModel(nn.Module):
 
     # ------------------------------------------------------------------ subclass API
     def layer_forward(self, layer: int, graph_block: GraphBlock, h: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must implement "
+                                  "layer_forward(layer, graph_block, h) (see storage_tier.models)")
 
     @property
     def num_layers(self) -> int:
