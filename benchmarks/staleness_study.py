@@ -3,7 +3,8 @@
 3-layer GCN (hidden 16), 4 workers, 300 epochs, warm-up 20, on the synthetic graph
 (100k nodes), Cora and CiteSeer; dropout 0 and 0.5; sync intervals 3, 5, 10; sampling
 ratios 0.05, 0.1, 0.3, 1.0; predictors ``linear-trend`` (the paper's self-feeding
-trend predictor) and ``gated`` (ours). Every run trains with ``--measure-staleness``:
+trend predictor) and ``gated`` (ours: the trend predictor and the drift transfer of
+:mod:`dgl_sni.sni.transfer`, each behind its per-row gate). Every run trains with ``--measure-staleness``:
 on each stale epoch the true halo rows are pulled as well, for measurement only, and
 the trainer records the L2 error of the rows it used and of the cache (last synced
 rows) *on the same rows*. The figure reported per run is
@@ -40,6 +41,7 @@ def run_ratio(metrics: dict) -> dict:
     return dict(ratio=served / cache, ratio_all_halo=served_all / cache_all, served_l2=served,
                 cache_l2=cache, test_acc=metrics["summary"]["test_acc_at_best_val"],
                 predicted_rows=sum(e.get("predicted_rows", 0) for e in stale),
+                transfer_rows=sum(e.get("transfer_rows", 0) for e in stale),
                 cached_rows=sum(e.get("cached_rows", 0) for e in stale))
 
 
@@ -63,7 +65,8 @@ def main():
     for dataset in args.datasets.split(","):
         print(f"{dataset}: {len(grid) * len(seeds)} runs", flush=True)
         runs = [dict(g, seed=s, layers=3, hidden=16, epochs=args.epochs, warmup=20, model="gcn",
-                     measure_staleness=True, eval_every=25, agent="inline")
+                     measure_staleness=True, eval_every=25, agent="inline",
+                     **({"transfer": True} if g["predictor"] == "gated" else {}))
                 for g in grid for s in seeds]
         results = run_sweep(dataset_args(dataset), args.workers, runs,
                             os.path.join(args.out, "staleness_runs", dataset))
@@ -144,7 +147,8 @@ def plot(table, path):
                     ax.plot([r["sampling_ratio"] for r in rows], [r["ratio_mean"] for r in rows], style,
                             color=color, marker="o", label=f"{pred} E={interval}")
             ax.axhline(1.0, color="gray", lw=0.8)
-            ax.set_xscale("log")
+            if ax.lines[:-1]:  # a partial grid may leave a panel empty
+                ax.set_xscale("log")
             ax.set_title(f"{dataset}, dropout {dropout}")
             ax.set_xlabel("sampling ratio")
             ax.set_ylabel("served L2 / cache L2")

@@ -62,6 +62,7 @@ class TrainConfig:
     sync_policy: str = "fixed"
     drift_bound: float = 0.05
     measure_staleness: bool = False
+    transfer: bool = True
     agent: str = "process"
     doca_pci: str = ""
     doca_name: str = ""
@@ -87,7 +88,8 @@ class TrainConfig:
         return SNIConfig(sync_interval=self.sync_interval, sampling_ratio=self.sampling_ratio,
                          warmup=self.warmup, predictor=self.predictor, stale_grad=self.stale_grad,
                          sync_policy=self.sync_policy, drift_bound=self.drift_bound,
-                         measure_staleness=self.measure_staleness, agent=self.agent,
+                         measure_staleness=self.measure_staleness, transfer=self.transfer,
+                         agent=self.agent,
                          doca_pci=self.doca_pci, doca_name=self.doca_name).validate()
 
     @property
@@ -141,8 +143,8 @@ class TrainConfig:
             value = getattr(self, f.name)
             flag = "--" + f.name.replace("_", "-")
             if isinstance(value, bool):
-                if value:
-                    argv.append(flag)
+                if value != f.default:  # on/off switches: --flag, or --no-flag for default-on ones
+                    argv.append(flag if value else "--no-" + f.name.replace("_", "-"))
             elif value is not None:
                 argv += [flag, str(value)]
         return argv
@@ -206,6 +208,8 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                    help="adaptive: pull a row when its predicted drift exceeds this fraction of the mean row norm")
     g.add_argument("--measure-staleness", action="store_true",
                    help="also pull true halo rows on stale epochs, for measurement only")
+    g.add_argument("--no-transfer", dest="transfer", action="store_false",
+                   help="gated: do not offer rows moved by the drift of the worker's own rows")
     g.add_argument("--agent", default=d.agent, choices=AGENT_MODES,
                    help="process: agent beside the trainer (shared memory); inline: a thread; "
                         "doca: the agent on the BlueField (Comch + DMA); doca-local: a DOCA agent started here")
@@ -254,7 +258,7 @@ def parse_bytes(text, flag: str = "size") -> int:
 # settings a sweep run may change; the rest (data, partitioning, cluster) is the session's
 SWEEPABLE = ("model", "layers", "hidden", "heads", "epochs", "lr", "dropout", "weight_decay", "seed",
              "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor", "stale_grad",
-             "sync_policy", "drift_bound", "measure_staleness", "agent")
+             "sync_policy", "drift_bound", "measure_staleness", "transfer", "agent")
 
 
 def load_sweep(path: str, base: TrainConfig) -> list:

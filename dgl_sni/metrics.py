@@ -29,11 +29,15 @@ class Counters:
 
     @contextmanager
     def timing(self, key: str):
+        """Add the block's wall time to ``key`` (a field, or a named extra counter)."""
         start = time.perf_counter()
         try:
             yield
         finally:
-            setattr(self, key, getattr(self, key) + time.perf_counter() - start)
+            if key in COUNTER_KEYS:
+                setattr(self, key, getattr(self, key) + time.perf_counter() - start)
+            else:
+                self.add(key, time.perf_counter() - start)
 
     def add(self, key: str, value) -> None:
         """Add to a named extra counter (e.g. ``pulled_rows``)."""
@@ -64,7 +68,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s",
+SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s", "transfer_s",
           # storage tier
           "storage_bytes", "storage_bytes_read", "storage_bytes_written", "storage_payload_read",
           "storage_payload_written", "storage_reads", "storage_writes", "cache_hits", "cache_misses",

@@ -62,3 +62,22 @@ def test_prediction_and_storage_tier_together(tmp_path, small_graph_npz):
     assert stale and all(e["bytes_recv"] == 0 for e in stale)
     assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halo for e in stale)
     assert not any((tmp_path / "tier").rglob("*.bin"))  # the tier removed its files
+
+
+@needs_netns
+def test_gated_drift_transfer_serves_rows_closer_than_without_it(tmp_path, small_graph_npz):
+    args = ("--predictor", "gated", "--sampling-ratio", 1.0, "--dropout", 0, "--measure-staleness")
+    runs, halos = {}, {}
+    for name, extra in (("transfer", ()), ("plain", ("--no-transfer",))):
+        out = tmp_path / name
+        out.mkdir()
+        epochs, halos[name] = _train(out, small_graph_npz, *args, *extra, epochs=30)
+        runs[name] = [e for e in epochs if e["mode"] == "stale"]
+    moved = [e.get("transfer_rows", 0) for e in runs["transfer"]]
+    assert sum(moved) > 0 and all(e.get("transfer_rows", 0) == 0 for e in runs["plain"])
+    assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halos["transfer"] for e in runs["transfer"])
+    assert all(m <= e["predicted_rows"] for m, e in zip(moved, runs["transfer"]))
+
+    def error(stale):
+        return sum(e["pred_rows_l2"] for e in stale) / sum(e["pred_rows_cache_l2"] for e in stale)
+    assert error(runs["transfer"]) < error(runs["plain"]) <= 1.0

@@ -1,13 +1,16 @@
-"""Schedule, importance sampling, agent tables and the two agent clients."""
+"""Schedule, importance sampling, drift transfer, agent tables and the two agent clients."""
+import argparse
 import os
 import signal
 
 import numpy as np
 import pytest
 
+from dgl_sni.config import TrainConfig, add_train_arguments, from_args
 from dgl_sni.sni.config import SNIConfig
 from dgl_sni.sni.sampling import halo_edge_counts, importance_mask
 from dgl_sni.sni.schedule import SyncSchedule
+from dgl_sni.sni.transfer import DriftTransfer
 from dpu_agent.client import InlineAgentClient, spawn_agent
 from dpu_agent.tables import HistoryTable
 from dpu_agent.transport import AgentError
@@ -44,6 +47,52 @@ def test_config_errors_name_the_setting(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ValueError, match="not valid JSON"):
         SNIConfig.from_file(str(bad))
+
+
+def _moved(rows, t):
+    """Rows under a weight-like change: an affine map that drifts with t."""
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((rows.shape[1], rows.shape[1])) * 0.05, rng.standard_normal(rows.shape[1])
+    return (rows @ (np.eye(rows.shape[1]) + a * t) + 0.1 * b * t).astype(np.float32)
+
+
+def test_drift_transfer_moves_cached_rows_like_owned_rows():
+    rng = np.random.default_rng(0)
+    owned0, halo0 = rng.standard_normal((500, 6)), rng.standard_normal((30, 6))
+    sampled = np.zeros(30, dtype=bool)
+    sampled[::2] = True
+    tr = DriftTransfer(sampled)
+    assert not tr.ready
+    tr.on_sync(_moved(owned0, 0))
+    moved = tr.transferred(_moved(halo0, 0), _moved(owned0, 3))
+    np.testing.assert_allclose(moved, _moved(halo0, 3)[sampled], atol=1e-4)  # the same map, recovered
+    assert moved.shape == (15, 6)
+    # non-negative owned rows (after a ReLU): transferred rows are clamped at 0
+    tr.on_sync(np.abs(owned0))
+    assert (tr.transferred(-np.abs(halo0), np.abs(owned0)) >= 0).all()
+    with pytest.raises(ValueError, match="owned rows changed"):
+        tr.transferred(halo0, owned0[:100])
+
+
+def test_drift_transfer_gate_serves_only_rows_where_it_was_closer():
+    sampled = np.array([True, True, True, False])
+    tr = DriftTransfer(sampled, margin=0.9, min_scores=2)
+    agent = np.zeros((4, 2), np.float32)
+    fresh = np.ones((4, 2), np.float32)
+    good = np.ones((3, 2), np.float32)  # transferred rows equal to the fresh ones ...
+    good[2] = -3.0  # ... except row 2, farther than the agent's
+    rows, ids = tr.serve(agent, good)
+    assert ids.size == 0 and rows is agent  # never scored: the agent's rows
+    tr.score(good, agent, fresh)
+    assert tr.serve(agent, good)[1].size == 0  # one score is not enough
+    tr.score(good, agent, fresh)
+    rows, ids = tr.serve(agent, good)
+    assert ids.tolist() == [0, 1]  # row 2 lost to the agent; row 3 is not sampled
+    np.testing.assert_array_equal(rows[:2], good[:2])
+    np.testing.assert_array_equal(rows[2:], agent[2:])
+    for _ in range(4):  # the transfer goes wrong: the gate closes again
+        tr.score(-good, agent, fresh)
+    assert tr.serve(agent, good)[1].size == 0
 
 
 def _trajectory(t, n=40, d=8):
@@ -133,3 +182,15 @@ def test_agent_errors_reach_the_trainer():
             remote.stats()
     finally:
         remote.close()
+
+
+def test_worker_flags_rebuild_the_config_with_default_on_switches():
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    cfg = TrainConfig(predictor="gated", sync_interval=5, transfer=False, measure_staleness=True).validate()
+    argv = cfg.to_argv()
+    assert "--no-transfer" in argv and "--measure-staleness" in argv
+    again = from_args(parser.parse_args(argv))
+    assert again.transfer is False and again.measure_staleness is True
+    assert again.sni_config().transfer is False
+    assert "--no-transfer" not in TrainConfig().to_argv()

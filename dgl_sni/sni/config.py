@@ -18,7 +18,10 @@ class SNIConfig:
     ``predictor``: ``none`` syncs every epoch (plain DistDGL); ``cache`` serves the last
     synced rows; ``linear-trend`` the paper's self-feeding trend predictor; ``gated`` the
     trend predictor behind a per-node confidence gate (never worse than the cache by
-    construction of the gate); ``holt`` double exponential smoothing.
+    construction of the gate); ``holt`` double exponential smoothing. ``transfer``
+    (``gated`` only): also offer each sampled row its cached value moved by the affine
+    drift of the worker's own rows since the sync (:mod:`dgl_sni.sni.transfer`), behind
+    the same kind of gate.
     """
 
     sync_interval: int = 5
@@ -29,6 +32,7 @@ class SNIConfig:
     sync_policy: str = "fixed"
     drift_bound: float = 0.05  # adaptive: pull rows whose predicted drift / mean row norm exceeds this
     measure_staleness: bool = False
+    transfer: bool = True
     agent: str = "process"
     doca_pci: str = ""  # agent "doca": PCI address of the BlueField as this host sees it
     doca_name: str = ""  # agent "doca": Comch service name of the agent (default per trainer)

@@ -3,7 +3,10 @@
 :class:`SNIExchange` is a :class:`~dgl_sni.exchange.HaloExchange` whose hidden-layer
 rows come from DGL only on sync steps; on stale steps they come from the agent
 (cache for most halo rows, predictions for the sampled ones) and no embedding is
-pulled, so no barrier is needed before the layer. Gradients of halo rows are still
+pulled, so no barrier is needed before the layer. With the ``gated`` predictor (fixed
+sync policy, owned rows in memory) a :class:`~dgl_sni.sni.transfer.DriftTransfer` per
+layer may replace a sampled row by its cached value moved the way this worker's own rows
+moved since the sync, where that has been closer to the fresh rows than the agent's row. Gradients of halo rows are still
 pushed on stale steps unless ``stale_grad == "skip"``. The trainer announces each
 forward pass with :meth:`begin_step`; stale steps ask the agent for every layer's
 rows at once, so predictions are computed while the trainer computes the layers
@@ -18,6 +21,7 @@ from ..exchange import HaloExchange
 from .config import SNIConfig
 from .schedule import SyncSchedule
 from .table import HaloTable
+from .transfer import DriftTransfer
 
 
 class SNIExchange(HaloExchange):
@@ -34,6 +38,10 @@ class SNIExchange(HaloExchange):
                        for layer, dim in enumerate(tensors.dims, start=1)}
         self.step, self.mode, self.training = 0, "sync", True
         self._predictor_s = 0.0
+        use_transfer = cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy == "fixed"
+        self.transfers = {layer: DriftTransfer(table.sampled) for layer, table in self.tables.items()
+                          if use_transfer and table.sampled.any()}
+        self._served = {}  # layer -> (step, rows) served to the training pass (reused by eval)
 
     def begin_step(self, step: int, training: bool) -> str:
         """Announce a forward pass at training step ``step``; returns its mode."""
@@ -47,16 +55,38 @@ class SNIExchange(HaloExchange):
     # ---------------------------------------------------------------- forward
     def forward_rows(self, layer: int, owned) -> torch.Tensor:
         table = self.tables[layer]
+        transfer = self.transfers.get(layer)
+        mine = owned.detach().numpy() if transfer is not None and self.training \
+            and isinstance(owned, torch.Tensor) else None
         if self.mode == "sync":
             rows = super().forward_rows(layer, owned)
             if self.training:
                 fresh = rows.numpy()
                 if table.has_history:  # how stale would this step have been?
                     used, weight = table.preview(self.step)
+                    if mine is not None and transfer.ready:
+                        with self.counters.timing("transfer_s"):
+                            moved = transfer.transferred(table.synced, mine)
+                            agent_rows = used
+                            used, _ = transfer.serve(agent_rows, moved)
+                            transfer.score(moved, agent_rows, fresh)
                     table.measure(used, weight, fresh)
                 table.observe(self.step, fresh)
+                if mine is not None:
+                    transfer.on_sync(mine)
             return rows
         used, weight = table.served(self.step)
+        if mine is not None and transfer.ready:
+            with self.counters.timing("transfer_s"):
+                used, moved_ids = transfer.serve(used, transfer.transferred(table.synced, mine))
+            newly = int((weight[moved_ids] <= 0).sum())  # rows the agent served from its cache
+            self.counters.add("transfer_rows", int(moved_ids.size))
+            self.counters.add("predicted_rows", newly)
+            self.counters.add("cached_rows", -newly)
+        if self.training:
+            self._served[layer] = (self.step, used)
+        elif self._served.get(layer, (None,))[0] == self.step:
+            used = self._served[layer][1]  # evaluation sees the rows training used
         need_true = self.training and self.cfg.measure_staleness
         adaptive = self.cfg.sync_policy == "adaptive"
         if need_true or adaptive:
