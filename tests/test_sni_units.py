@@ -84,15 +84,29 @@ def test_drift_transfer_gate_serves_only_rows_where_it_was_closer():
     rows, ids = tr.serve(agent, good)
     assert ids.size == 0 and rows is agent  # never scored: the agent's rows
     tr.score(good, agent, fresh)
-    assert tr.serve(agent, good)[1].size == 0  # one score is not enough
     tr.score(good, agent, fresh)
+    assert tr.chosen().tolist() == [0, 1]  # row 2 lost to the agent; row 3 is not sampled
+    assert not tr.layer_open and tr.serve(agent, good)[1].size == 0  # no row chosen at those syncs
+    tr.score(good, agent, fresh)  # this sync: rows 0 and 1 moved would have beaten the agent
+    assert tr.layer_open
     rows, ids = tr.serve(agent, good)
-    assert ids.tolist() == [0, 1]  # row 2 lost to the agent; row 3 is not sampled
+    assert ids.tolist() == [0, 1]
     np.testing.assert_array_equal(rows[:2], good[:2])
     np.testing.assert_array_equal(rows[2:], agent[2:])
     for _ in range(4):  # the transfer goes wrong: the gate closes again
         tr.score(-good, agent, fresh)
     assert tr.serve(agent, good)[1].size == 0
+
+
+def test_drift_transfer_layer_test_ignores_rows_that_were_only_lucky():
+    """Noise alone (as under dropout): per-row averages pick rows, the layer test does not open."""
+    rng = np.random.default_rng(1)
+    tr = DriftTransfer(np.ones(2000, dtype=bool))
+    fresh = np.zeros((2000, 4), np.float32)
+    for _ in range(30):
+        tr.score(rng.standard_normal((2000, 4)), rng.standard_normal((2000, 4)), fresh)
+    assert tr.chosen().size > 100  # rows whose transfer happened to be closer twice or more
+    assert not tr.layer_open and tr.serve(fresh, fresh)[1].size == 0
 
 
 def _trajectory(t, n=40, d=8):

@@ -10,13 +10,20 @@ applies it to the cached halo rows: ``transferred = [cache, 1] @ M`` (clamped at
 every owned row is non-negative, as after a ReLU). It needs no traffic: the map comes from
 rows the worker holds.
 
-It serves a row only where it has been the better choice. On every sync epoch (after the
-first), before the fresh rows are used, it scores the transferred row it would have served
-and the row the agent would have served against the fresh row, keeps decayed averages of
-both errors per sampled row (the rows the agent's predictors track), and on stale epochs
-serves the transferred row where its average error has been below ``margin`` times the
-agent's for at least ``min_scores`` syncs. Elsewhere the agent's row (cache or gated trend)
-stays. :class:`~dgl_sni.sni.exchange.SNIExchange` owns one per hidden layer (``gated``
+It serves a row only where it has been the better choice, tested twice on every sync
+epoch (after the first), before the fresh rows are used:
+
+* per row: the transferred row and the row the agent would have served are scored against
+  the fresh row, with decayed averages of both errors per sampled row (the rows the agent's
+  predictors track); a row is *chosen* where its transfer average has been below ``margin``
+  times the agent's for at least ``min_scores`` syncs;
+* per layer (the confidence test): the rows this would have served (chosen rows moved, the
+  others the agent's) against the agent's rows alone, summed over all sampled rows, decayed
+  the same way. Under dropout noise per-row averages pick rows that were lucky, not better,
+  and the sum shows it; the layer serves transferred rows only while that sum has stayed
+  below ``layer_margin`` times the agent's.
+
+Elsewhere the agent's row (cache or gated trend) stays. :class:`~dgl_sni.sni.exchange.SNIExchange` owns one per hidden layer (``gated``
 predictor, fixed sync policy); the map is fitted and applied in the worker because it
 needs the owned rows, which the agent does not see (on a DPU deployment it would travel
 with the request: ``(d + 1) x d`` floats).
@@ -32,9 +39,11 @@ class DriftTransfer:
     """Affine drift of one layer's owned rows since the last sync, gated per halo row."""
 
     def __init__(self, sampled: np.ndarray, decay: float = 0.5, margin: float = 0.9,
-                 min_scores: int = 2, ridge: float = 1e-6):
+                 min_scores: int = 2, layer_margin: float = 0.95, ridge: float = 1e-6):
         self.sampled = np.flatnonzero(np.asarray(sampled, dtype=bool))
         self.decay, self.margin, self.min_scores, self.ridge = decay, margin, min_scores, ridge
+        self.layer_margin = layer_margin
+        self.layer_error = None  # decayed (served as chosen, agent) error sums over sampled rows
         n = self.sampled.size
         self.err_transfer = np.zeros(n, np.float64)
         self.err_agent = np.zeros(n, np.float64)
@@ -86,8 +95,11 @@ class DriftTransfer:
         sel = self.sampled
         e_t = np.linalg.norm(moved - fresh[sel], axis=1)
         e_a = np.linalg.norm(agent_rows[sel] - fresh[sel], axis=1)
-        first = self.scores == 0
         g = self.decay
+        pick = self.chosen()  # the layer test: what the rows chosen so far would have served
+        sums = np.array([e_a.sum() - e_a[pick].sum() + e_t[pick].sum(), e_a.sum()])
+        self.layer_error = sums if self.layer_error is None else g * self.layer_error + (1 - g) * sums
+        first = self.scores == 0
         self.err_transfer = np.where(first, e_t, g * self.err_transfer + (1 - g) * e_t)
         self.err_agent = np.where(first, e_a, g * self.err_agent + (1 - g) * e_a)
         self.scores += 1
@@ -97,9 +109,15 @@ class DriftTransfer:
         ok = (self.scores >= self.min_scores) & (self.err_transfer < self.margin * self.err_agent)
         return np.flatnonzero(ok)
 
+    @property
+    def layer_open(self) -> bool:
+        """Whether the chosen rows, together, have beaten the agent's rows at recent syncs."""
+        e = self.layer_error
+        return e is not None and e[0] < self.layer_margin * e[1]
+
     def serve(self, agent_rows: np.ndarray, moved: np.ndarray) -> tuple:
         """Rows to use: the agent's, with the chosen sampled rows transferred; and their row ids."""
-        pick = self.chosen()
+        pick = self.chosen() if self.layer_open else np.empty(0, np.int64)
         rows = self.sampled[pick]
         if not pick.size:
             return agent_rows, rows
