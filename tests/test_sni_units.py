@@ -86,9 +86,10 @@ def test_drift_transfer_gate_serves_only_rows_where_it_was_closer():
     tr.score(good, agent, fresh)
     tr.score(good, agent, fresh)
     assert tr.chosen().tolist() == [0, 1]  # row 2 lost to the agent; row 3 is not sampled
-    assert not tr.layer_open and tr.serve(agent, good)[1].size == 0  # no row chosen at those syncs
+    assert not tr.layer_open and not tr.serving  # no row chosen at those syncs
+    assert tr.serve(agent, good)[1].size == 0
     tr.score(good, agent, fresh)  # this sync: rows 0 and 1 moved would have beaten the agent
-    assert tr.layer_open
+    assert tr.layer_open and tr.serving
     rows, ids = tr.serve(agent, good)
     assert ids.tolist() == [0, 1]
     np.testing.assert_array_equal(rows[:2], good[:2])

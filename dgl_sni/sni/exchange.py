@@ -6,11 +6,11 @@ rows come from DGL only on sync steps; on stale steps they come from the agent
 pulled, so no barrier is needed before the layer. With the ``gated`` predictor (fixed
 sync policy, owned rows in memory) a :class:`~dgl_sni.sni.transfer.DriftTransfer` per
 layer may replace a sampled row by its cached value moved the way this worker's own rows
-moved since the sync, where that has been closer to the fresh rows than the agent's row. Gradients of halo rows are still
-pushed on stale steps unless ``stale_grad == "skip"``. The trainer announces each
-forward pass with :meth:`begin_step`; stale steps ask the agent for every layer's
-rows at once, so predictions are computed while the trainer computes the layers
-below.
+moved since the sync, where that has been closer to the fresh rows than the agent's row.
+Gradients of halo rows are still pushed on stale steps unless ``stale_grad == "skip"``.
+The trainer announces each forward pass with :meth:`begin_step`; stale steps ask the
+agent for every layer's rows at once, so predictions are computed while the trainer
+computes the layers below.
 """
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ class SNIExchange(HaloExchange):
                     transfer.on_sync(mine)
             return rows
         used, weight = table.served(self.step)
-        if mine is not None and transfer.ready:
+        if mine is not None and transfer.ready and transfer.serving:  # gates closed: no fit
             with self.counters.timing("transfer_s"):
                 used, moved_ids = transfer.serve(used, transfer.transferred(table.synced, mine))
             newly = int((weight[moved_ids] <= 0).sum())  # rows the agent served from its cache

@@ -23,8 +23,9 @@ epoch (after the first), before the fresh rows are used:
   and the sum shows it; the layer serves transferred rows only while that sum has stayed
   below ``layer_margin`` times the agent's.
 
-Elsewhere the agent's row (cache or gated trend) stays. :class:`~dgl_sni.sni.exchange.SNIExchange` owns one per hidden layer (``gated``
-predictor, fixed sync policy); the map is fitted and applied in the worker because it
+Elsewhere the agent's row (cache or gated trend) stays.
+:class:`~dgl_sni.sni.exchange.SNIExchange` owns one per hidden layer (``gated`` predictor,
+fixed sync policy); the map is fitted and applied in the worker because it
 needs the owned rows, which the agent does not see (on a DPU deployment it would travel
 with the request: ``(d + 1) x d`` floats).
 """
@@ -51,7 +52,6 @@ class DriftTransfer:
         self._basis = None  # [owned rows at the last sync (fit rows), 1]
         self._gram = None
         self._nonneg = False
-        self.served_rows = 0
 
     @property
     def ready(self) -> bool:
@@ -114,6 +114,11 @@ class DriftTransfer:
         """Whether the chosen rows, together, have beaten the agent's rows at recent syncs."""
         e = self.layer_error
         return e is not None and e[0] < self.layer_margin * e[1]
+
+    @property
+    def serving(self) -> bool:
+        """Whether a stale step would serve any transferred row (else the map need not be fitted)."""
+        return self.layer_open and bool(self.chosen().size)
 
     def serve(self, agent_rows: np.ndarray, moved: np.ndarray) -> tuple:
         """Rows to use: the agent's, with the chosen sampled rows transferred; and their row ids."""
