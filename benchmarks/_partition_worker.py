@@ -14,7 +14,7 @@ worker records VmRSS and resets the peak (``/proc/self/clear_refs`` 5), so VmHWM
 method is the method's peak including the loaded graph; ``peak_over_loaded_mb`` is the
 difference. The time and peak cover everything the method builds from the COO arrays
 (CSR for ours, the DGLGraph for METIS). Quality is evaluated afterwards with
-``dgl_sni.partition.cut_stats``.
+``storage_tier.partitioner.cut_stats``.
 """
 import argparse
 import gc
@@ -108,7 +108,7 @@ def main():
     peak = status_kb("VmHWM")
     rss_after = status_kb("VmRSS")
 
-    from dgl_sni.partition import cut_stats
+    from storage_tier.partitioner import cut_stats
     stats = cut_stats(src, dst, parts, args.parts)
     if args.extra_seeds and args.method.startswith("switching"):
         cuts = [stats["edge_cut"]]

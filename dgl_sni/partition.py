@@ -1,11 +1,20 @@
 """Partition a :class:`~dgl_sni.data.GraphData` into DGL's partition format.
 
-Uses DGL's own ``partition_graph`` (METIS or random), with one halo hop so every
-partition holds all in-edges of its nodes. Besides the dataset's arrays the
-partitions carry the global degrees (``in_deg``, ``out_deg``) that GCN's
-normalisation needs for halo nodes, and ``sni_meta.json`` with the dataset facts
-and the partition quality (edge cut, expansion ratio); ``orig_nids.npy`` maps DGL's
-reshuffled node ids back to the dataset's ids.
+Every method computes its node assignment here, deterministically (the same graph and
+seed give the same partitions in every process), and DGL's own ``partition_graph``
+writes it, with one halo hop so every partition holds all in-edges of its nodes:
+
+* ``metis`` -- METIS k-way (through ``pymetis``, seeded) on the symmetrised graph,
+  balancing in-edges as DGL's ``balance_edges=True`` does. DGL 2.1's own METIS call
+  takes no seed and returns a different assignment from one process to the next for
+  the same input, which made identical runs train on different partitions.
+* ``random`` -- a uniform assignment from a seeded generator.
+* ``switching`` -- the label-propagation partitioner of :mod:`storage_tier.partitioner`.
+
+Besides the dataset's arrays the partitions carry the global degrees (``in_deg``,
+``out_deg``) that GCN's normalisation needs for halo nodes, and ``sni_meta.json`` with
+the dataset facts and the partition quality (edge cut, expansion ratio);
+``orig_nids.npy`` maps DGL's reshuffled node ids back to the dataset's ids.
 """
 from __future__ import annotations
 
@@ -16,12 +25,14 @@ import sys
 import time
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 import dgl_sni  # noqa: F401
 import dgl
 
 from patches.partition_assignment import fixed_assignment
+from storage_tier.partitioner import cut_stats, partition_from_edges
 
 from .data import DatasetError, GraphData
 
@@ -63,32 +74,12 @@ def _silenced():
             os.close(fd)
 
 
-def cut_stats(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> dict:
-    """Edge cut (fraction of edges between parts) and expansion ratio alpha.
-
-    alpha = (rows a part needs: its own nodes plus distinct remote in-neighbours) /
-    (rows it owns), averaged over parts weighted by owned rows, i.e. total needed rows
-    over total nodes.
-    """
-    ps, pd = parts[src], parts[dst]
-    crossing = ps != pd
-    owned = np.bincount(parts, minlength=num_parts)
-    # distinct (part of dst, remote src) pairs = halo rows per part
-    key = np.unique(pd[crossing].astype(np.int64) * (parts.shape[0]) + src[crossing])
-    halo = np.bincount(key // parts.shape[0], minlength=num_parts)
-    return dict(edge_cut=float(crossing.mean()) if crossing.size else 0.0,
-                cut_edges=int(crossing.sum()),
-                alpha=float((owned.sum() + halo.sum()) / max(owned.sum(), 1)),
-                halo_nodes=halo.tolist(), part_sizes=owned.tolist(),
-                balance=float(owned.max() / max(owned.mean(), 1e-9)))
-
-
 def partition(data: GraphData, num_parts: int, out_dir: str, method: str = "metis",
-              graph_name: str | None = None, quiet: bool = True) -> str:
+              graph_name: str | None = None, quiet: bool = True, seed: int = 0) -> str:
     """Write ``num_parts`` partitions of ``data`` to ``out_dir``; return the config JSON path.
 
-    ``metis`` and ``random`` are DGL's own; ``switching`` is the label-propagation
-    partitioner of :mod:`storage_tier.partitioner` (its assignment, DGL's format).
+    The assignment depends only on ``data``, ``method`` and ``seed`` (see the module
+    docstring).
     """
     if method not in METHODS:
         raise ValueError(f"unknown partition method '{method}': choose one of {', '.join(METHODS)}")
@@ -98,31 +89,65 @@ def partition(data: GraphData, num_parts: int, out_dir: str, method: str = "meti
         raise DatasetError(
             f"cannot split {data.num_nodes} nodes into {num_parts} partitions: "
             "--workers must not exceed the number of nodes")
-    if method == "switching":
-        from storage_tier.partitioner import partition_to_dgl
-        return partition_to_dgl(data, num_parts, out_dir, graph_name, quiet)
-    return write_partitions(data, num_parts, out_dir, method, graph_name, quiet)
+    start = time.perf_counter()
+    extra = {}
+    if num_parts == 1:
+        parts = np.zeros(data.num_nodes, dtype=np.int64)
+    elif method == "metis":
+        parts = metis_assignment(data, num_parts, seed)
+    elif method == "random":
+        parts = np.random.default_rng(seed).integers(0, num_parts, data.num_nodes, dtype=np.int64)
+    else:
+        parts, info = partition_from_edges(data.src, data.dst, data.num_nodes, num_parts,
+                                           seed=seed, return_info=True)
+        extra["partitioner"] = dict(levels=info.levels, iterations=info.iterations,
+                                    stop_reason=info.stop_reason, capacity=info.capacity,
+                                    cut_history=info.cut_history)
+    extra["assignment_seconds"] = time.perf_counter() - start
+    return write_partitions(data, num_parts, out_dir, method, graph_name, quiet,
+                            assignment=parts, extra_meta=extra)
+
+
+def metis_assignment(data: GraphData, num_parts: int, seed: int = 0) -> np.ndarray:
+    """METIS k-way assignment of ``data``'s nodes (int64, one part id per node).
+
+    METIS runs on the symmetrised graph without self-loops or duplicate edges, with each
+    node weighted by its in-degree (so parts hold similar numbers of in-edges, as with
+    DGL's ``balance_edges=True``) and a fixed ``seed``.
+    """
+    import pymetis
+
+    n = data.num_nodes
+    adj = sp.coo_matrix((np.ones(data.src.size, dtype=np.int8), (data.src, data.dst)), shape=(n, n)).tocsr()
+    adj = (adj + adj.T).tocsr()
+    adj.setdiag(0)
+    adj.eliminate_zeros()
+    adj.sort_indices()
+    in_deg, _ = data.degrees()
+    _, parts = pymetis.part_graph(num_parts, xadj=adj.indptr.astype(np.int64),
+                                  adjncy=adj.indices.astype(np.int64),
+                                  vweights=np.asarray(in_deg, dtype=np.int64),
+                                  options=pymetis.Options(seed=int(seed)))
+    return np.asarray(parts, dtype=np.int64)
 
 
 def write_partitions(data: GraphData, num_parts: int, out_dir: str, method: str,
-                     graph_name: str | None = None, quiet: bool = True,
-                     assignment: np.ndarray | None = None, extra_meta: dict | None = None) -> str:
-    """Run DGL's ``partition_graph`` (METIS, random, or the given ``assignment``) and add
+                     graph_name: str | None, quiet: bool, assignment: np.ndarray,
+                     extra_meta: dict | None = None) -> str:
+    """Have DGL's ``partition_graph`` write ``assignment`` (one part id per node), then add
     ``orig_nids.npy`` and ``sni_meta.json``; returns the config path."""
     graph_name = graph_name or data.name
     os.makedirs(out_dir, exist_ok=True)
     g = to_dgl_graph(data)
-    dgl_method = "random" if assignment is not None else method
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         if quiet:
             stack.enter_context(_silenced())
-        if assignment is not None:
-            stack.enter_context(fixed_assignment(assignment))
+        stack.enter_context(fixed_assignment(assignment))
         orig_nids, _ = dgl.distributed.partition_graph(
-            g, graph_name, num_parts, out_dir, num_hops=1, part_method=dgl_method,
-            balance_edges=dgl_method == "metis", return_mapping=True)
-    seconds = time.perf_counter() - start
+            g, graph_name, num_parts, out_dir, num_hops=1, part_method="random",
+            return_mapping=True)
+    seconds = time.perf_counter() - start + (extra_meta or {}).get("assignment_seconds", 0.0)
     orig_nids = orig_nids.numpy()
     np.save(os.path.join(out_dir, "orig_nids.npy"), orig_nids)
     config_path = os.path.join(out_dir, f"{graph_name}.json")
@@ -131,12 +156,11 @@ def write_partitions(data: GraphData, num_parts: int, out_dir: str, method: str,
     parts = np.empty(data.num_nodes, dtype=np.int64)
     for pid, (lo, hi) in enumerate(config["node_map"]["_N"]):
         parts[orig_nids[lo:hi]] = pid
-    if assignment is not None:
-        if not np.array_equal(parts, assignment):
-            raise RuntimeError("DGL wrote a different assignment than the one given")
-        config["part_method"] = method
-        with open(config_path, "w") as fh:
-            json.dump(config, fh, sort_keys=True, indent=4)
+    if not np.array_equal(parts, assignment):
+        raise RuntimeError("DGL wrote a different assignment than the one given")
+    config["part_method"] = method
+    with open(config_path, "w") as fh:
+        json.dump(config, fh, sort_keys=True, indent=4)
     meta = dict(dataset=data.name, dataset_meta=data.meta, num_nodes=data.num_nodes,
                 num_edges=data.num_edges, num_classes=data.num_classes, feat_dim=data.feat_dim,
                 num_parts=num_parts, method=method, seconds=seconds,

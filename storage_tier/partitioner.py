@@ -26,9 +26,10 @@ Entry points:
 * :func:`partition_from_edges` -- COO in (builds the CSR by counting sort, no copy of
   ``dst`` when ``src`` is sorted);
 * :func:`partition_subgraph` -- sub-partitions of a node subset (e.g. inside a worker);
-* :func:`evaluate_partition` -- edge cut, expansion ratio alpha, balance, part sizes;
-* :func:`partition_to_dgl` -- DGL's partition format across workers, like
-  :func:`dgl_sni.partition.partition` (same files, ``sni_meta.json`` included).
+* :func:`evaluate_partition` / :func:`cut_stats` -- edge cut, expansion ratio alpha,
+  balance, part sizes.
+
+``dgl_sni.partition`` writes any assignment in DGL's partition format.
 """
 from __future__ import annotations
 
@@ -343,11 +344,7 @@ def partition_subgraph(src, dst, nodes, num_parts: int, **kw):
 
 
 def evaluate_partition(src, dst, parts, num_parts: int) -> dict:
-    """Edge cut (fraction of edges between parts), expansion ratio alpha (rows needed / rows
-    owned, over all parts), balance (largest part / mean part) and part sizes, as
-    :func:`dgl_sni.partition.cut_stats` computes them for DGL's partitions."""
-    from dgl_sni.partition import cut_stats  # imports DGL: only when evaluating
-
+    """:func:`cut_stats` of an assignment, after checking the arrays."""
     parts = _int_array(parts, "parts", allow32=False)
     src, dst = _int_array(src, "src", allow32=False), _int_array(dst, "dst", allow32=False)
     if parts.size and (parts.min() < 0 or parts.max() >= num_parts):
@@ -355,22 +352,22 @@ def evaluate_partition(src, dst, parts, num_parts: int) -> dict:
     return cut_stats(src, dst, parts, int(num_parts))
 
 
-# ----------------------------------------------------------------------------- DGL format
+def cut_stats(src: np.ndarray, dst: np.ndarray, parts: np.ndarray, num_parts: int) -> dict:
+    """Edge cut (fraction of edges between parts) and expansion ratio alpha.
 
-def partition_to_dgl(data, num_parts: int, out_dir: str, graph_name: str | None = None,
-                     quiet: bool = True, **kw) -> str:
-    """``dgl-sni partition --method switching``: :func:`partition_from_edges` on ``data``'s
-    edges, written in DGL's format by :func:`dgl_sni.partition.write_partitions`; keywords
-    go to :func:`switching_partition`. Returns the partition config path."""
-    from dgl_sni.partition import write_partitions
-
-    if _as_int(num_parts, "num_parts") > data.num_nodes:
-        raise PartitionError(f"cannot split {data.num_nodes} nodes into {num_parts} partitions: "
-                             "--workers must not exceed the number of nodes")
-    kw["return_info"] = True
-    parts, info = partition_from_edges(data.src, data.dst, data.num_nodes, num_parts, **kw)
-    extra = dict(assignment_seconds=info.seconds, partitioner=dict(
-        levels=info.levels, iterations=info.iterations, stop_reason=info.stop_reason,
-        capacity=info.capacity, cut_history=info.cut_history))
-    return write_partitions(data, num_parts, out_dir, "switching", graph_name, quiet,
-                            assignment=parts, extra_meta=extra)
+    alpha = (rows a part needs: its own nodes plus distinct remote in-neighbours) /
+    (rows it owns), averaged over parts weighted by owned rows, i.e. total needed rows
+    over total nodes. Also the halo and owned rows of every part and the balance
+    (largest part / mean part).
+    """
+    ps, pd = parts[src], parts[dst]
+    crossing = ps != pd
+    owned = np.bincount(parts, minlength=num_parts)
+    # distinct (part of dst, remote src) pairs = halo rows per part
+    key = np.unique(pd[crossing].astype(np.int64) * (parts.shape[0]) + src[crossing])
+    halo = np.bincount(key // parts.shape[0], minlength=num_parts)
+    return dict(edge_cut=float(crossing.mean()) if crossing.size else 0.0,
+                cut_edges=int(crossing.sum()),
+                alpha=float((owned.sum() + halo.sum()) / max(owned.sum(), 1)),
+                halo_nodes=halo.tolist(), part_sizes=owned.tolist(),
+                balance=float(owned.max() / max(owned.mean(), 1e-9)))

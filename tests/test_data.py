@@ -5,7 +5,7 @@ import torch
 
 from dgl_sni.data import (DatasetError, GraphData, load_dataset, load_dgl, load_npz, save_npz,
                           synthetic)
-from dgl_sni.partition import cut_stats
+from storage_tier.partitioner import cut_stats
 
 from conftest import shared_dataset
 

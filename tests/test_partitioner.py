@@ -10,7 +10,7 @@ import dgl_sni  # noqa: F401  (DGL shims first)
 from dgl_sni.data import load_npz, synthetic
 from storage_tier import _lp
 from storage_tier.partitioner import (PartitionError, auto_levels, edges_to_csr, evaluate_partition,
-                                      partition_from_edges, partition_subgraph, partition_to_dgl,
+                                      partition_from_edges, partition_subgraph,
                                       switching_partition)
 
 from conftest import shared_dataset
@@ -294,11 +294,11 @@ def test_real_graph_balanced_and_cut(name):
 
 # ----------------------------------------------------------------------------- DGL format
 
-def test_partition_to_dgl_format(tmp_path):
-    from dgl_sni.partition import read_meta, load_orig_nids
+def test_switching_partitions_in_dgl_format(tmp_path):
+    from dgl_sni.partition import load_orig_nids, partition, read_meta
 
     data = synthetic(num_nodes=1200, avg_degree=6, num_classes=3, feat_dim=8, seed=2)
-    config = partition_to_dgl(data, 3, str(tmp_path / "parts"), graph_name="g")
+    config = partition(data, 3, str(tmp_path / "parts"), method="switching", graph_name="g")
     assert os.path.exists(config)
     with open(config) as fh:
         cfg = json.load(fh)

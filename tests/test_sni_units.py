@@ -2,6 +2,7 @@
 import argparse
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -182,6 +183,37 @@ def test_process_agent_matches_inline_agent():
         assert np.array_equal(x, y)
     assert a[4]["tracked_rows"] == b[4]["tracked_rows"] == 40
     assert remote.process.returncode == 0  # exited cleanly on close
+
+
+class _LateReplies:
+    """A host endpoint whose replies arrive after random delays (timing must not matter)."""
+
+    def __init__(self, endpoint, seed):
+        self.endpoint, self.rng = endpoint, np.random.default_rng(seed)
+
+    def recv(self):
+        time.sleep(float(self.rng.uniform(0, 0.02)))
+        return self.endpoint.recv()
+
+    def __getattr__(self, name):
+        return getattr(self.endpoint, name)
+
+
+def test_process_agent_serves_the_same_rows_whatever_the_reply_timing():
+    inline = InlineAgentClient()
+    try:
+        expected = _exercise(inline)
+    finally:
+        inline.close()
+    for seed in range(3):
+        remote = spawn_agent()
+        remote.endpoint = _LateReplies(remote.endpoint, seed)
+        try:
+            got = _exercise(remote)
+        finally:
+            remote.close()
+        for x, y in zip(expected[:4], got[:4]):
+            assert np.array_equal(x, y)
 
 
 def test_agent_errors_reach_the_trainer():
