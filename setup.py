@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 from Cython.Build import cythonize
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CXX_FLAGS = ["-O3", "-std=c++17", "-fno-math-errno", "-ftree-vectorize", "-Wall", "-Wno-unused-function"]
@@ -39,7 +39,7 @@ setup(
     name="dgl-sni",
     version="0.1.0",
     description="Exact, communication-efficient and memory-unbounded full-graph training for DistDGL",
-    packages=["dgl_sni", "dpu_agent", "storage_tier", "patches"],
+    packages=find_packages(include=["dgl_sni*", "dpu_agent*", "storage_tier*", "patches*"]),
     python_requires=">=3.10",
     install_requires=REQUIREMENTS,
     extras_require={"test": ["pytest==9.2.0", "pytest-benchmark==5.3.1"]},

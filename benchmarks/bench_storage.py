@@ -11,21 +11,21 @@ switching-aware partitioner):
    ``--model``, the same with a tiny cache (``--tiny-budget-mb``, storage-bound);
    The tier also runs with lazy write-back (``lazy_writes=True``: activations and
    gradients written only when the cache evicts them) -- reported beside the default;
-2. baseline (b), the HongTu-style snapshot engine (:func:`storage_tier.baselines.snapshot_trainer`),
+2. baseline (b), the HongTu-style snapshot engine (:func:`benchmarks.tier_baselines.snapshot_trainer`),
    same cache budget;
    baseline (b) also runs under that write policy (``snapshot_lazy``), so each policy is
    compared with itself;
 3. baseline (a), plain autograd over the same sub-partitions with every saved tensor
-   spilled to the same storage (:class:`storage_tier.baselines.AutogradSpillTrainer`),
+   spilled to the same storage (:class:`benchmarks.tier_baselines.AutogradSpillTrainer`),
    and (a'), the GriNNder analysis's "autograd + OS swap": the same autograd with its
    activations, features and saved tensors in an LRU swap space holding the tier's RAM
-   budget (:class:`storage_tier.baselines.SwapSpace`);
+   budget (:class:`benchmarks.tier_baselines.SwapSpace`);
 4. epoch time of in-memory training (:class:`dgl_sni.trainer.FullGraphTrainer`) versus the
    tier with the whole working set cached (budget larger than everything), with bypass
    writes (default policy) and with lazy write-back (no I/O at all), epochs interleaved
    so that machine load hits all three alike; median of the warm epochs;
 5. I/O bandwidth: the tier's read path (every unit of every layer read through
-   :class:`~storage_tier.io_engine.IOEngine`, 2 reads in flight as the prefetcher issues
+   :class:`~storage_tier.io.IOEngine`, 2 reads in flight as the prefetcher issues
    them, checksums verified, wall clock) and the per-read bandwidth seen inside the
    storage-bound epochs, versus a direct sequential O_DIRECT read (8 MiB requests) of one
    file of the same total size on the same disk; the two alternate three times in the
@@ -67,10 +67,10 @@ import torch  # noqa: E402
 from dgl_sni.data import synthetic  # noqa: E402
 from dgl_sni.metrics import peak_rss_mb  # noqa: E402
 from dgl_sni.reference import whole_graph_view  # noqa: E402
-from dgl_sni.trainer import FullGraphTrainer, ModelConfig  # noqa: E402
-from storage_tier import TierTrainer  # noqa: E402
-from storage_tier.baselines import AutogradSpillTrainer, snapshot_trainer  # noqa: E402
-from storage_tier.io_engine import ALIGN, IOEngine, release  # noqa: E402
+from dgl_sni.train import FullGraphTrainer, ModelConfig  # noqa: E402
+from dgl_sni.train import TierTrainer  # noqa: E402
+from benchmarks.tier_baselines import AutogradSpillTrainer, snapshot_trainer  # noqa: E402
+from storage_tier.io import ALIGN, IOEngine  # noqa: E402
 from storage_tier.subparts import rowspace_from_graph  # noqa: E402
 
 KEEP = ("loss", "time_s", "alpha", "storage_bytes", "storage_bytes_read", "storage_bytes_written",
@@ -130,9 +130,9 @@ def engine_read_gbps(io: IOEngine, keys: list, in_flight: int = 2) -> dict:
     for key in keys:
         pending.append(io.read_async(key))
         if len(pending) >= in_flight:
-            release(pending.pop(0).result())
+            io.pool.release(pending.pop(0).result())
     for fut in pending:
-        release(fut.result())
+        io.pool.release(fut.result())
     elapsed = time.perf_counter() - start
     n = io.stats["bytes_read"]
     return dict(bytes=n, seconds=elapsed, gbps=n / elapsed / 1e9, units=len(keys))

@@ -23,7 +23,7 @@ alone (VmHWM reset through ``/proc/self/clear_refs`` before the epoch).
 
 In-memory footprint of the same run: peak RSS of plain in-memory training
 (:class:`~dgl_sni.trainer.FullGraphTrainer`) and the bytes autograd saves for backward
-(:func:`storage_tier.baselines.saved_tensor_bytes`), both measured in fresh processes on
+(:func:`benchmarks.tier_baselines.saved_tensor_bytes`), both measured in fresh processes on
 the same generator at ``--probe-nodes`` sizes and extrapolated linearly in N (every tensor
 is O(N) at fixed degree and widths).
 
@@ -109,8 +109,8 @@ import dgl_sni, torch
 from dgl_sni.data import synthetic
 from dgl_sni.metrics import peak_rss_mb
 from dgl_sni.reference import whole_graph_view
-from dgl_sni.trainer import FullGraphTrainer, ModelConfig
-from storage_tier.baselines import saved_tensor_bytes
+from dgl_sni.train import FullGraphTrainer, ModelConfig
+from benchmarks.tier_baselines import saved_tensor_bytes
 n, deg, feat, hidden, layers = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 d = synthetic(num_nodes=n, avg_degree=deg, num_classes=8, feat_dim=feat, seed=0)
 cfg = ModelConfig(model="sage", layers=layers, hidden=hidden, dropout=0.5, seed=0)
@@ -200,8 +200,8 @@ def main():
 
     from dgl_sni.data import GraphData
     from dgl_sni.metrics import peak_rss_mb
-    from dgl_sni.trainer import ModelConfig
-    from storage_tier import TierTrainer
+    from dgl_sni.train import ModelConfig
+    from dgl_sni.train import TierTrainer
     from storage_tier.subparts import rowspace_from_graph
 
     if args.threads:

@@ -10,7 +10,7 @@ Contenders, timed in the same rounds (interleaved, best of ``ROUNDS``, so that n
 other jobs on the machine hits all of them alike):
 
 * compiled: ``dpu_agent.TrendPredictor`` (one thread, GIL released);
-* numpy: ``dgl_sni.predict.numpy_ref.NumpyTrendPredictor``, vectorised over rows
+* numpy: ``NumpyTrendPredictor`` (the test oracle, ``tests/dpu_agent/numpy_ref.py``), vectorised over rows
   (target: compiled >= 4x faster);
 * gather: a plain numpy row gather ``a[idx]`` with the same ``idx``, where ``a`` is a
   read-only float32 view ``[num_nodes, record_floats]`` of the compiled state's own
@@ -43,13 +43,18 @@ import gc
 import json
 import os
 import platform
+import sys
 import time
 
 import numpy as np
 import pytest
 
-from dgl_sni.predict.numpy_ref import NumpyTrendPredictor
 from dpu_agent import TrendPredictor
+
+# the numpy reference is the tests' oracle and lives beside them (not an installed module)
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(_REPO, "tests", "dpu_agent"))
+from numpy_ref import NumpyTrendPredictor  # noqa: E402
 
 NUM_NODES = int(os.environ.get("SNI_PRED_BENCH_NODES", 1_000_000))
 PROBE = min(256, NUM_NODES // 4)   # nodes never timed, to check compiled == numpy at the end

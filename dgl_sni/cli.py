@@ -17,9 +17,12 @@ import sys
 import tempfile
 
 from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
-from .config import add_train_arguments, from_args, load_sweep
-from .data import FEATURE_NORMS, DatasetError, load_dataset
-from .partition import METHODS, partition
+from .config import (METHODS, ClusterConfig, DataConfig, add_part_arguments, add_train_arguments, from_args,
+                     load_sweep, part_from_args)
+from .data import DatasetError, load_dataset
+
+# DGL and torch are imported by the subcommands that need them (dgl_sni.partition), so
+# that ``--help`` stays fast and works without them.
 
 
 def _fail(message: str, code: int = 2) -> int:
@@ -40,10 +43,13 @@ def _cluster_mode(requested: str, workers: int) -> str:
 
 # ----------------------------------------------------------------------------- partition
 
+def _load(cfg: DataConfig):
+    return load_dataset(cfg.dataset, cfg.data_dir, **cfg.synthetic_args()).with_feature_norm(cfg.feature_norm)
+
+
 def cmd_partition(ns) -> int:
-    data = load_dataset(ns.dataset, ns.data_dir, num_nodes=ns.nodes, avg_degree=ns.avg_degree,
-                        num_classes=ns.classes, feat_dim=ns.feat_dim, seed=ns.data_seed
-                        ).with_feature_norm(ns.feature_norm)
+    from .partition import partition
+    data = _load(part_from_args(DataConfig, ns))
     config = partition(data, ns.parts, ns.out, method=ns.method, graph_name=ns.graph_name,
                        quiet=not ns.verbose)
     with open(os.path.join(ns.out, "sni_meta.json")) as fh:
@@ -109,44 +115,46 @@ def _summary_line(s: dict, metrics_path) -> str:
 
 
 def cmd_train(ns) -> int:
+    from .partition import partition
     cfg = from_args(ns)
-    mode = _cluster_mode(cfg.cluster, cfg.workers)
-    data = load_dataset(cfg.dataset, cfg.data_dir, **cfg.synthetic_args()).with_feature_norm(cfg.feature_norm)
-    if cfg.workers > data.num_nodes:
-        raise DatasetError(f"--workers {cfg.workers} exceeds the {data.num_nodes} nodes of the graph")
-    keep = cfg.run_dir is not None
-    run_dir = os.path.abspath(cfg.run_dir) if keep else tempfile.mkdtemp(prefix="dgl-sni-run-")
+    cl, out = cfg.cluster, cfg.output
+    mode = _cluster_mode(cl.cluster, cl.workers)
+    data = _load(cfg.data)
+    if cl.workers > data.num_nodes:
+        raise DatasetError(f"--workers {cl.workers} exceeds the {data.num_nodes} nodes of the graph")
+    keep = cl.run_dir is not None
+    run_dir = os.path.abspath(cl.run_dir) if keep else tempfile.mkdtemp(prefix="dgl-sni-run-")
     try:
         os.makedirs(run_dir, exist_ok=True)
-        part_config = partition(data, cfg.workers, os.path.join(run_dir, "parts"),
-                                method=cfg.partition, graph_name="graph")
+        part_config = partition(data, cl.workers, os.path.join(run_dir, "parts"),
+                                method=cl.partition, graph_name="graph")
         del data
-        if cfg.metrics:
-            cfg.metrics = os.path.abspath(cfg.metrics)
-        if cfg.checkpoint_dir:
-            cfg.checkpoint_dir = os.path.abspath(cfg.checkpoint_dir)
+        if out.metrics:
+            out.metrics = os.path.abspath(out.metrics)
+        if out.checkpoint_dir:
+            out.checkpoint_dir = os.path.abspath(out.checkpoint_dir)
         progress_path = os.path.join(run_dir, "progress.jsonl")
         if os.path.exists(progress_path):
             os.remove(progress_path)
         worker = python_cmd("dgl_sni.worker", *cfg.to_argv(), "--part-config", part_config,
                             "--ip-config", os.path.join(run_dir, "ip_config.txt"),
                             "--progress", progress_path)
-        runs = load_sweep(cfg.sweep, cfg) if cfg.sweep else [cfg]  # validates the sweep early
-        if cfg.sweep:
-            cfg.sweep = os.path.abspath(cfg.sweep)
-        tail = _ProgressTail(progress_path, sum(r.epochs for r in runs), cfg.quiet)
+        runs = load_sweep(out.sweep, cfg) if out.sweep else [cfg]  # validates the sweep early
+        if out.sweep:
+            out.sweep = os.path.abspath(out.sweep)
+        tail = _ProgressTail(progress_path, sum(r.model.epochs for r in runs), out.quiet)
         try:
-            with LocalCluster(cfg.workers, run_dir, mode=mode, bandwidth=cfg.bandwidth,
-                              port=cfg.port, master_port=cfg.master_port,
-                              omp_threads=cfg.threads) as cluster:
+            with LocalCluster(cl.workers, run_dir, mode=mode, bandwidth=cl.bandwidth,
+                              port=cl.port, master_port=cl.master_port,
+                              omp_threads=cl.threads) as cluster:
                 cluster.start_servers(worker, part_config)
                 cluster.start_trainers(worker, part_config)
-                cluster.wait(on_poll=tail.poll, timeout=cfg.timeout)
+                cluster.wait(on_poll=tail.poll, timeout=cl.timeout)
         finally:
             tail.close()
         summary = tail.summary or {}
-        print(_summary_line(summary, cfg.metrics) if "runs" not in summary
-              else f"{summary['runs']} runs done" + (f"; metrics in {cfg.metrics}/" if cfg.metrics else ""))
+        print(_summary_line(summary, out.metrics) if "runs" not in summary
+              else f"{summary['runs']} runs done" + (f"; metrics in {out.metrics}/" if out.metrics else ""))
         return 0
     finally:
         if not keep:
@@ -198,16 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
 
     p = sub.add_parser("partition", help="partition a dataset into DGL's format")
-    p.add_argument("--dataset", default="synthetic")
-    p.add_argument("--data-dir", default=None)
-    p.add_argument("--nodes", type=int, default=20000)
-    p.add_argument("--avg-degree", type=float, default=10.0)
-    p.add_argument("--classes", type=int, default=8)
-    p.add_argument("--feat-dim", type=int, default=64)
-    p.add_argument("--data-seed", type=int, default=0)
-    p.add_argument("--feature-norm", default="auto", choices=FEATURE_NORMS)
-    p.add_argument("--parts", type=int, required=True)
-    p.add_argument("--method", default="metis", choices=METHODS)
+    add_part_arguments(p.add_argument_group(DataConfig.TITLE), DataConfig())
+    p.add_argument("--parts", type=int, required=True, help="number of partitions")
+    p.add_argument("--method", default=ClusterConfig().partition, choices=METHODS, help="partition method")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--graph-name", default=None)
     p.add_argument("--verbose", action="store_true", help="show DGL's partitioning log")
@@ -218,15 +219,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_train)
 
     p = sub.add_parser("launch", help="run a DistDGL script on the emulated cluster")
-    p.add_argument("--workers", type=int, required=True)
-    p.add_argument("--part-config", required=True)
-    p.add_argument("--bandwidth", default=None)
-    p.add_argument("--cluster", default="auto", choices=("auto", "netns", "loopback"))
-    p.add_argument("--port", type=int, default=30050)
-    p.add_argument("--master-port", type=int, default=29500)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--timeout", type=float, default=None)
-    p.add_argument("--run-dir", default=None, help="keep ip_config and server logs here")
+    p.add_argument("--part-config", required=True, help="the partitions' JSON file (as DGL writes it)")
+    add_part_arguments(p.add_argument_group(ClusterConfig.TITLE), ClusterConfig(),
+                       exclude=("partition",), required=("workers",))
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- python3 SCRIPT.py ARGS ({ip_config} and {part_config} are filled in)")
     p.set_defaults(func=cmd_launch)

@@ -62,7 +62,3 @@ class GlooCollective(LocalCollective):
         out = [None] * self.world_size
         dist.all_gather_object(out, obj)
         return out
-
-    def close(self) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()

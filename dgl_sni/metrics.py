@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+
+from storage_tier.memory import peak_rss_mb  # noqa: F401  (re-exported: the worker reports it)
 
 COUNTER_KEYS = ("comm_s", "sync_s", "bytes_sent", "bytes_recv")
 
@@ -50,22 +51,6 @@ class Counters:
         self.bytes_sent = self.bytes_recv = 0
         self.extra = {}
         return out
-
-
-def peak_rss_mb() -> float:
-    """Largest resident set of this process so far, in MiB.
-
-    Read from ``VmHWM`` (peak of this process image). ``ru_maxrss`` is not used on
-    Linux: it survives ``exec`` and would report a large launcher's peak.
-    """
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s", "transfer_s",

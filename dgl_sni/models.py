@@ -1,4 +1,4 @@
-"""Full-graph GNN layers and models over a :class:`~dgl_sni.block.GraphBlock`.
+"""Full-graph GNN layers and models over a :class:`~storage_tier.block.GraphBlock`.
 
 A layer maps source rows to destination rows (``layer(block, h_src) -> h_dst``); the
 model is a stack of layers plus the places where the caller must supply source rows
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Callable
 
 import torch
 import torch.nn as nn
@@ -20,10 +19,12 @@ import dgl_sni  # noqa: F401
 import dgl.ops as dops
 from dgl.nn.functional import edge_softmax
 
-from .block import GraphBlock
+from storage_tier.protocols import HaloExchange, NoExchange
+
+from storage_tier.block import GraphBlock
 from .dropout import derive_seed, keyed_dropout
 
-MODEL_NAMES = ("gcn", "sage", "gat")
+from .config import MODEL_NAMES  # declared without DGL
 
 
 class GCNLayer(nn.Module):
@@ -138,13 +139,23 @@ class GATLayer(nn.Module):
         return out + self.bias
 
 
-Exchange = Callable[[int, torch.Tensor], torch.Tensor]
-_TAGS = {"feat": 1, "attn": 2}
+DROPOUT_TAGS = {"feat": 1, "attn": 2}  # what a keyed dropout mask drops: layer inputs, GAT attention
 
 
-def identity_exchange(layer: int, h_dst: torch.Tensor) -> torch.Tensor:
-    """Single-process exchange: the destination rows are already every source row."""
-    return h_dst
+def keyed_dropper(p: float, seed: int, step: int, layer: int):
+    """``drop(x, keys, tag)``: the keyed dropout of layer ``layer`` at step ``step``.
+
+    Its masks depend only on ``(seed, step, layer, tag)`` and each row's key, so every
+    model that draws them here (:class:`FullGraphGNN`, the storage tier's models in
+    :mod:`dgl_sni.tier_models`) drops the same entries.
+    """
+
+    def drop(x, keys, tag):
+        return keyed_dropout(x, keys, derive_seed(seed, step, layer, DROPOUT_TAGS[tag]), p)
+    return drop
+
+
+identity_exchange = NoExchange()  # single process: the destination rows are every source row
 
 
 class FullGraphGNN(nn.Module):
@@ -186,7 +197,7 @@ class FullGraphGNN(nn.Module):
         return [layer.out_dim for layer in self.layers[:-1]]
 
     def forward(self, block: GraphBlock, x_src: torch.Tensor,
-                exchange: Exchange = identity_exchange, step: int = 0,
+                exchange: HaloExchange = identity_exchange, step: int = 0,
                 dropout_seed: int = 0) -> torch.Tensor:
         h = x_src
         for i, layer in enumerate(self.layers):
@@ -203,11 +214,7 @@ class FullGraphGNN(nn.Module):
     def _dropper(self, step: int, layer: int, seed: int):
         if not self.training or self.dropout == 0.0:
             return None
-        p = self.dropout
-
-        def drop(x, keys, tag):
-            return keyed_dropout(x, keys, derive_seed(seed, step, layer, _TAGS[tag]), p)
-        return drop
+        return keyed_dropper(self.dropout, seed, step, layer)
 
 
 _SEED_LOCK = threading.Lock()

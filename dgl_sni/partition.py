@@ -36,7 +36,7 @@ from storage_tier.partitioner import cut_stats, partition_from_edges
 
 from .data import DatasetError, GraphData
 
-METHODS = ("metis", "random", "switching")
+from .config import METHODS  # declared without DGL
 NODE_FIELDS = ("features", "labels", "train_mask", "val_mask", "test_mask", "in_deg", "out_deg")
 META_FILE = "sni_meta.json"
 

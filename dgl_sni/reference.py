@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .block import MODELS_WITH_SELF_LOOPS, build_block
+from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
 from .data import GraphData
-from .trainer import FullGraphTrainer, LocalView, ModelConfig
+from .train import FullGraphTrainer, LocalView, ModelConfig
 
 
 def whole_graph_view(data: GraphData, model: str) -> LocalView:

@@ -3,7 +3,7 @@
 With ``DGL_ROLE=server`` it becomes the machine's ``DistGraphServer`` (inside
 ``dgl.distributed.initialize``, which never returns for servers). As a trainer it
 builds its :class:`~dgl_sni.trainer.LocalView` from the local partition, trains with
-a :class:`~dgl_sni.exchange.HaloExchange`, and rank 0 writes progress and metrics.
+a :class:`~dgl_sni.halo.exchange.KVHaloExchange`, and rank 0 writes progress and metrics.
 
 Started by ``dgl-sni train`` on the emulated cluster, or on a real cluster by DGL's
 launch tool::
@@ -28,20 +28,20 @@ import dgl_sni  # noqa: F401
 import dgl
 from patches import kvstore_lazy_init
 
-from .block import MODELS_WITH_SELF_LOOPS, build_block
+from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
-from .exchange import HaloExchange, LayerTensors, TierExchange
+from .halo.exchange import KVHaloExchange
+from .halo.tensors import LayerTensors
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import NODE_FIELDS, read_meta
-from .sni.exchange import SNIExchange
 from .sni.sampling import halo_edge_counts
 from .models import init_model
-from .trainer import FullGraphTrainer, LocalView
+from .train import FullGraphTrainer, LocalView
 
 
-class PartitionError(ValueError):
+class UnusablePartitionError(ValueError):
     """The partitions cannot be trained on (missing fields, missing halo edges)."""
 
 
@@ -56,7 +56,7 @@ def build_local_view(g, model: str, counters: Counters, orig_nids: np.ndarray | 
     """
     missing = [f for f in NODE_FIELDS if f not in g.ndata]
     if missing:
-        raise PartitionError(
+        raise UnusablePartitionError(
             f"the partitions lack node field(s) {', '.join(missing)}; make them with "
             "'dgl-sni partition' (or add these ndata before dgl.distributed.partition_graph)")
     lg = g.local_partition
@@ -94,7 +94,7 @@ def build_local_view(g, model: str, counters: Counters, orig_nids: np.ndarray | 
     in_deg = owned("in_deg").numpy()
     local_in = np.bincount(dst, minlength=n_owned)
     if not np.array_equal(local_in, in_deg.astype(np.int64)):
-        raise PartitionError(
+        raise UnusablePartitionError(
             "the local partition does not hold every in-edge of its nodes; partition with one "
             "halo hop (num_hops=1), as 'dgl-sni partition' does")
     out_deg = torch.cat((owned("out_deg"), halo("out_deg"))).numpy()
@@ -178,36 +178,36 @@ class WorkerSession:
     def run(self, cfg, progress=None) -> dict | None:
         """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
         collective, counters, rank = self.collective, self.counters, self.rank
-        view, owned_gids, halo_gids = self.view(cfg.model)
+        view, owned_gids, halo_gids = self.view(cfg.model.model)
         num_classes = self.num_classes(view)
-        dims = init_model(cfg.seed, cfg.model, view.x_src.shape[1], cfg.hidden, num_classes, cfg.layers,
-                          heads=cfg.heads).hidden_dims()
-        tier_root = os.path.abspath(cfg.storage_tier) if cfg.storage_tier else None
+        m = cfg.model
+        dims = init_model(m.seed, m.model, view.x_src.shape[1], m.hidden, num_classes, m.layers,
+                          heads=m.heads).hidden_dims()
+        tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None)
+        sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
-            sni = cfg.sni_config()
-            exchange = SNIExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                   sni, sni.start_agent(), edge_counts)
-        else:
-            exchange = HaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters)
-        if cfg.storage_tier:
-            trainer = self._tier_trainer(cfg, view, num_classes, TierExchange(exchange))
+            sni = cfg.sni
+            agent = sni.start_agent()
+        exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
+                                  sni, agent, edge_counts)
+        if cfg.tier.storage_tier:
+            trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
                 trainer.write_shard_layouts(tensors.tier_root, self.rank, exchange.owned_local_offsets())
                 collective.barrier()  # every server can now find every layout
         else:
-            trainer = FullGraphTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes,
-                                       collective=collective, counters=counters)
-            trainer.exchange = exchange
+            trainer = FullGraphTrainer(cfg.model, view, view.x_src.shape[1], num_classes,
+                                       collective=collective, counters=counters, exchange=exchange)
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)
-        gate = EpochGate(cfg.epoch_gate, collective) if cfg.epoch_gate else None
+        gate = EpochGate(cfg.output.epoch_gate, collective) if cfg.output.epoch_gate else None
         epochs = []
         try:
-            for epoch in range(cfg.epochs):
+            for epoch in range(cfg.model.epochs):
                 if gate is not None and not gate.wait():
                     break
                 rec = self._epoch(trainer, cfg, epoch, gate)
@@ -216,22 +216,20 @@ class WorkerSession:
                 if progress:
                     progress.update(merged)
         finally:
-            close = getattr(trainer.exchange, "close", None)
-            if close is not None:
-                close()
-            if cfg.storage_tier:
+            exchange.close()
+            if cfg.tier.storage_tier:
                 trainer.close()
         rss = collective.all_gather_object(peak_rss_mb())
         if rank != 0:
             return None
         summary = summarize(epochs, rss)
         summary["workers"] = [dict(s, peak_rss_mb=r) for s, r in zip(setups, rss)]
-        if cfg.metrics:
-            write_metrics(cfg.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
+        if cfg.output.metrics:
+            write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
         return summary
 
     def _tier_trainer(self, cfg, view, num_classes: int, exchange):
-        """A :class:`~storage_tier.engine.TierTrainer` for this worker's view.
+        """A :class:`~dgl_sni.train.tier.TierTrainer` for this worker's view.
 
         P sub-partitions: ``--subparts``, or enough that one sub-partition's working set
         (at most ~8 rows of floats per gathered source row and layer width, see the
@@ -239,14 +237,14 @@ class WorkerSession:
         exchanged rows are the raw activations (no dropout hoisting), so the halo rows
         mean the same to every worker and to the agent.
         """
-        from storage_tier.engine import TierTrainer
-        width = max([view.x_src.shape[1], cfg.hidden * (cfg.heads if cfg.model == "gat" else 1)])
-        budget = parse_bytes(cfg.device_mem_budget, "--device-mem-budget")
-        parts = cfg.subparts or max(1, -(-8 * 4 * width * view.block.num_src // budget))
+        from .train.tier import TierTrainer
+        width = max([view.x_src.shape[1], cfg.model.hidden * (cfg.model.heads if cfg.model.model == "gat" else 1)])
+        budget = parse_bytes(cfg.tier.device_mem_budget, "--device-mem-budget")
+        parts = cfg.tier.subparts or max(1, -(-8 * 4 * width * view.block.num_src // budget))
         parts = min(parts, view.block.num_dst)
-        return TierTrainer(cfg.model_config(), view, view.x_src.shape[1], num_classes, num_subparts=parts,
-                           storage_dir=os.path.join(os.path.abspath(cfg.storage_tier), f"worker{self.rank}"),
-                           host_cache_budget=parse_bytes(cfg.host_cache_budget, "--host-cache-budget"),
+        return TierTrainer(cfg.model, view, view.x_src.shape[1], num_classes, num_subparts=parts,
+                           storage_dir=os.path.join(os.path.abspath(cfg.tier.storage_tier), f"worker{self.rank}"),
+                           host_cache_budget=parse_bytes(cfg.tier.host_cache_budget, "--host-cache-budget"),
                            collective=self.collective, exchange=exchange, counters=self.counters,
                            hoist_dropout=self.collective.world_size == 1)
 
@@ -257,27 +255,26 @@ class WorkerSession:
             gate.done()
         rec.update(counters.snapshot_and_reset())
         rec["comp_s"] = max(rec["time_s"] - rec["comm_s"] - rec["sync_s"], 0.0)
-        if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+        if (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1:
             start = time.perf_counter()
             rec.update(trainer.evaluate())
             rec["eval_s"] = time.perf_counter() - start
             ev = counters.snapshot_and_reset()
             rec["eval_bytes"] = ev["bytes_sent"] + ev["bytes_recv"]
-        end_epoch = getattr(trainer.exchange, "end_epoch", None)
-        if end_epoch is not None:
-            rec.update(end_epoch())
-        if self.rank == 0 and cfg.checkpoint_dir and (epoch + 1) % cfg.checkpoint_every == 0:
-            os.makedirs(cfg.checkpoint_dir, exist_ok=True)
-            trainer.save_checkpoint(os.path.join(cfg.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
+        rec.update(trainer.exchange.end_epoch())
+        if self.rank == 0 and cfg.output.checkpoint_dir and (epoch + 1) % cfg.output.checkpoint_every == 0:
+            os.makedirs(cfg.output.checkpoint_dir, exist_ok=True)
+            trainer.save_checkpoint(os.path.join(cfg.output.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
         return rec
 
 
 def run_trainer(ns) -> None:
     """Train the configuration in ``ns``, or every run of ``--sweep``, in one session."""
     base = from_args(ns)
-    runs = load_sweep(base.sweep, base) if base.sweep else [base]
+    runs = load_sweep(base.output.sweep, base) if base.output.sweep else [base]
     session = WorkerSession(ns)
-    progress = _Progress(sum(r.epochs for r in runs), base.quiet, ns.progress) if session.rank == 0 else None
+    total = sum(r.model.epochs for r in runs)
+    progress = _Progress(total, base.output.quiet, ns.progress) if session.rank == 0 else None
     summaries = []
     for index, cfg in enumerate(runs):
         if progress:

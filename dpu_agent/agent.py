@@ -13,9 +13,10 @@ import sys
 import traceback
 
 from .tables import Agent
+from .transport import AgentTransport
 
 
-def handle(agent: Agent, transport, msg: dict):
+def handle(agent: Agent, transport: AgentTransport, msg: dict):
     """Execute one message; returns the reply (every message gets exactly one)."""
     op = msg["op"]
     if op == "add_table":
@@ -42,7 +43,7 @@ def handle(agent: Agent, transport, msg: dict):
     raise ValueError(f"unknown agent operation '{op}'")
 
 
-def serve_forever(transport) -> None:
+def serve_forever(transport: AgentTransport) -> None:
     """Execute messages until ``close`` or until the trainer goes away."""
     agent = Agent()
     try:
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
             from .doca import DocaAgentTransport
             transport = DocaAgentTransport(ns.pci, ns.name)
         elif ns.fd is not None:
-            from .transport import ShmAgentTransport
+            from .shm import ShmAgentTransport
             transport = ShmAgentTransport(ns.fd)
         else:
             parser.error("give --fd (host emulation) or --doca (DPU)")

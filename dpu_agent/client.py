@@ -1,9 +1,9 @@
 """The trainer's handle on its agent.
 
-All clients have one interface: ``add_table``; ``observe`` and ``request`` return at
-once (the agent works while the trainer computes); ``result`` waits for a requested
-step's rows; ``drift`` and ``stats`` wait for their answer. Operations on one agent
-execute in the order they were issued.
+All clients have one declared interface, :class:`AgentClient`: ``add_table``; ``observe``
+and ``request`` return at once (the agent works while the trainer computes); ``result``
+waits for a requested step's rows; ``drift`` and ``stats`` wait for their answer.
+Operations on one agent execute in the order they were issued.
 
 * :class:`InlineAgentClient` -- the agent as a thread of the trainer (the compiled
   predictor releases the GIL); no copies through shared memory.
@@ -16,18 +16,54 @@ import os
 import socket
 import subprocess
 import sys
+from abc import ABC, abstractmethod
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from multiprocessing.connection import Connection
 
 import numpy as np
 
+from .shm import ShmHostEndpoint
 from .tables import Agent
-from .transport import AgentError, ShmHostEndpoint
+from .transport import AgentError, HostEndpoint
 
 
-class InlineAgentClient:
-    """Agent running on a background thread of the trainer process."""
+class AgentClient(ABC):
+    """The trainer's handle on its agent (see module docstring); made by :func:`start_agent`,
+    used by the trainer's SNI tables (``dgl_sni.sni``). Failures raise :class:`AgentError`."""
+
+    @abstractmethod
+    def add_table(self, table: int, num_rows: int, dim: int, sampled, kind: str, **params) -> None:
+        """Create the agent's history table ``table`` (``kind`` from ``PREDICTOR_NAMES``); waits."""
+
+    @abstractmethod
+    def observe(self, table: int, step: float, rows: np.ndarray, row_ids: np.ndarray | None = None) -> None:
+        """Hand over fresh rows (all rows, or ``row_ids``) synchronised at ``step``; returns at once."""
+
+    @abstractmethod
+    def request(self, table: int, step: float, preview: bool = False) -> None:
+        """Ask for the rows served at ``step``; returns at once (see :meth:`result`)."""
+
+    @abstractmethod
+    def result(self, table: int, step: float, preview: bool = False) -> tuple:
+        """``(rows, weight)`` served at ``step`` (requests them if not yet requested); waits."""
+
+    @abstractmethod
+    def drift(self, table: int, step: float) -> np.ndarray:
+        """Predicted drift of every row at ``step`` (adaptive sync policy); waits."""
+
+    @abstractmethod
+    def stats(self) -> dict:
+        """The agent's counters (``predictor_s``, ``tables``, ...); waits."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Finish outstanding operations and stop the agent."""
+
+
+class InlineAgentClient(AgentClient):
+    """Agent running on a background thread of the trainer process: owns the
+    :class:`~dpu_agent.tables.Agent` and its one-thread pool. Made by ``start_agent("inline")``."""
 
     def __init__(self):
         self.agent = Agent()
@@ -66,10 +102,12 @@ class InlineAgentClient:
         self._pool.shutdown(wait=True)
 
 
-class RemoteAgentClient:
-    """Agent in another process or on a DPU, reached through a host endpoint."""
+class RemoteAgentClient(AgentClient):
+    """Agent in another process or on a DPU, reached through a host endpoint: owns the
+    endpoint, the agent process (when it started one) and the replies the agent owes.
+    Made by :func:`spawn_agent` and :func:`connect_doca`."""
 
-    def __init__(self, endpoint, process: subprocess.Popen | None = None):
+    def __init__(self, endpoint: HostEndpoint, process: subprocess.Popen | None = None):
         self.endpoint, self.process = endpoint, process
         self._expected = deque()  # replies the agent owes, in order
         self._unacked = {}  # table -> observes whose rows the agent has not read yet
@@ -86,7 +124,8 @@ class RemoteAgentClient:
 
     def _gone(self, err) -> str:
         code = self.process.poll() if self.process is not None else None
-        return f"the agent went away ({err}); exit code {code}" if code is not None else f"the agent went away ({err})"
+        gone = f"the agent went away ({err})"
+        return f"{gone}; exit code {code}" if code is not None else gone
 
     def _drain_one(self):
         try:
@@ -210,7 +249,7 @@ def connect_doca(pci: str, name: str, spawn: bool = False) -> RemoteAgentClient:
         raise
 
 
-def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None):
+def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None) -> AgentClient:
     """``inline`` (thread), ``process`` (child process over shared memory), ``doca`` (the
     agent on the DPU) or ``doca-local`` (a DOCA agent process started here)."""
     if mode == "inline":

@@ -18,32 +18,19 @@ import time
 
 import numpy as np
 
-KINDS = ("cache", "linear-trend", "gated", "holt")
-
-
-def make_predictor(kind: str, num_rows: int, dim: int, window: int, beta: float, lam: float):
-    """The compiled predictor core for ``kind`` over ``num_rows`` slots (None for ``cache``)."""
-    if kind == "cache" or num_rows == 0:
-        return None
-    from . import _core
-    if kind == "linear-trend":
-        return _core.TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
-    if kind == "gated":
-        # no horizon damping: the gate's learned gain (least squares against past syncs)
-        # decides how much of the linear extrapolation to trust, the same at every horizon
-        return _core.GatedPredictor(num_rows, dim, window=window, beta=0.0, lam=lam)
-    if kind == "holt":
-        return _core.HoltPredictor(num_rows, dim)
-    raise ValueError(f"unknown predictor '{kind}': choose one of {', '.join(KINDS)}")
+from .predictors import check_predictor, make_predictor
 
 
 class HistoryTable:
-    """History cache + predictor for the halo rows of one tensor (see module docstring)."""
+    """History cache + predictor for the halo rows of one tensor (see module docstring).
+
+    Owned by :class:`Agent` (one per table); the predictor is a
+    :class:`~dpu_agent.predictors.PredictorAdapter` from the registry (None for ``cache``).
+    """
 
     def __init__(self, num_rows: int, dim: int, sampled: np.ndarray, kind: str = "gated",
                  window: int = 4, beta: float = 0.2, lam: float = 0.2):
-        if kind not in KINDS:
-            raise ValueError(f"unknown predictor '{kind}': choose one of {', '.join(KINDS)}")
+        check_predictor(kind)
         sampled = np.asarray(sampled, dtype=bool)
         if sampled.shape != (num_rows,):
             raise ValueError(f"sampled mask must have shape ({num_rows},), got {sampled.shape}")
@@ -56,6 +43,8 @@ class HistoryTable:
         self.slot = np.full(num_rows, -1, dtype=np.int64)
         self.slot[self.sampled_rows] = np.arange(self.sampled_rows.size)
         self.predictor = make_predictor(kind, self.sampled_rows.size, dim, window, beta, lam)
+        # a self-feeding predictor (linear-trend) advances when served: see observe/serve
+        self._self_feeding = self.predictor is not None and self.predictor.self_feeding
         self._served_step = None
         self._fed_step = None
         self._served = np.zeros((num_rows, dim), dtype=np.float32)
@@ -78,7 +67,7 @@ class HistoryTable:
         if self.predictor is not None:
             slots = self.slot[ids]
             take = slots >= 0
-            if self.kind == "linear-trend" and self._fed_step == step:
+            if self._self_feeding and self._fed_step == step:
                 # already fed a prediction at this very step (adaptive partial sync):
                 # a zero-length step would divide by eps; the cache took the rows
                 take[:] = False
@@ -86,10 +75,7 @@ class HistoryTable:
                 start = time.perf_counter()
                 obs = np.ascontiguousarray(rows[take], dtype=np.float32)
                 s = np.ascontiguousarray(slots[take])
-                if self.kind == "linear-trend":
-                    self.predictor.step(s, step, obs)
-                else:
-                    self.predictor.observe(s, step, obs)
+                self.predictor.observe(s, step, obs)
                 self.predictor_s += time.perf_counter() - start
         if self._served_step is not None and self._served_step >= step:
             self._served_step = None  # history changed under a memoised step
@@ -115,21 +101,13 @@ class HistoryTable:
         if self.predictor is not None and self.sampled_rows.size:
             start = time.perf_counter()
             slots = np.arange(self.sampled_rows.size, dtype=np.int64)
-            if self.kind == "linear-trend":
-                # serving feeds the prediction back (the paper's self-feeding); a preview peeks
-                pred = self.predictor.peek(slots, step) if preview else self.predictor.step(slots, step)
-                w = np.ones(slots.size, dtype=np.float32)
-            elif self.kind == "gated":
-                pred, w = self.predictor.serve(slots, step)
-            else:
-                pred = self.predictor.forecast(slots, step)
-                w = np.ones(slots.size, dtype=np.float32)
+            pred, w = self.predictor.serve(slots, step, preview)
             served[self.sampled_rows] = pred
             weight[self.sampled_rows] = w
             self.predictor_s += time.perf_counter() - start
         if not preview:
             self._served_step = step
-            self._fed_step = step if self.kind == "linear-trend" else None
+            self._fed_step = step if self._self_feeding else None
         return served, weight
 
     def drift(self, step: float) -> np.ndarray:

@@ -1,19 +1,23 @@
-"""How the agent talks to its trainer: control messages plus bulk row movement.
+"""How the agent talks to its trainer: the two declared halves of every transport.
 
 Every transport has the same two halves. Control: small messages (dicts) in order,
 each answered by one reply. Data: named *regions* of the trainer's memory per table
 (``fresh`` rows the trainer synchronised, ``ids`` of a partial sync, ``served`` rows
 and their ``weight`` for a stale step, ``drift``), which the agent reads and writes.
 
-* :class:`ShmAgentTransport` / :class:`ShmHostEndpoint`: a socket pair for control
-  and POSIX shared memory for the regions (the host emulation used here).
-* ``dpu_agent.doca.DocaAgentTransport`` / ``DocaHostEndpoint``: DOCA Comch for control
-  and DOCA DMA for the regions (BlueField DPU); same interface.
+* :class:`AgentTransport` -- the agent's half, driven by
+  :func:`dpu_agent.agent.serve_forever`;
+* :class:`HostEndpoint` -- the trainer's half, driven by
+  :class:`dpu_agent.client.RemoteAgentClient`.
+
+Implementations: ``dpu_agent.shm`` (``ShmAgentTransport`` / ``ShmHostEndpoint``: a socket
+pair for control and POSIX shared memory for the regions, the host emulation used here)
+and ``dpu_agent.doca`` (``DocaAgentTransport`` / ``DocaHostEndpoint``: DOCA Comch for
+control and DOCA DMA for the regions, BlueField DPU).
 """
 from __future__ import annotations
 
-from multiprocessing import shared_memory
-from multiprocessing.connection import Connection
+from abc import ABC, abstractmethod
 
 import numpy as np
 
@@ -31,129 +35,61 @@ class AgentError(RuntimeError):
     """The agent failed an operation (its message says why) or went away."""
 
 
-class AgentTransport:
-    """Agent side of a transport (interface)."""
+class AgentTransport(ABC):
+    """Agent side of a transport: receives control messages, answers them, and moves rows
+    between the trainer's regions and agent memory. Driven by
+    :func:`dpu_agent.agent.serve_forever`."""
 
+    @abstractmethod
     def recv(self):
         """Next control message, or ``None`` when the trainer has gone."""
-        raise NotImplementedError
 
+    @abstractmethod
     def send(self, msg: dict) -> None:
-        raise NotImplementedError
+        """Send one reply."""
 
+    @abstractmethod
     def attach(self, table: int, num_rows: int, dim: int, regions: dict) -> None:
         """Map the regions the trainer announced for ``table``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def read(self, table: int, region: str, count: int | None = None) -> np.ndarray:
         """Copy (the first ``count`` rows of) a trainer region into agent memory."""
-        raise NotImplementedError
 
+    @abstractmethod
     def write(self, table: int, region: str, src: np.ndarray) -> None:
         """Copy agent rows into a trainer region (from its first row)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def close(self) -> None:
-        pass
+        """Release the regions and the control channel."""
 
 
-class _ShmRegions:
-    """Shared-memory segments of one table, created by the host, attached by the agent."""
+class HostEndpoint(ABC):
+    """Trainer side of a transport: owns the regions of every table and the control
+    channel to the agent. Driven by :class:`dpu_agent.client.RemoteAgentClient`."""
 
-    def __init__(self, num_rows: int, dim: int, names: dict | None = None):
-        self.segments, self.arrays = {}, {}
-        for region, (dtype, shape) in region_layout(num_rows, dim).items():
-            nbytes = max(int(np.prod(shape)) * np.dtype(dtype).itemsize, 1)
-            if names is None:
-                seg = shared_memory.SharedMemory(create=True, size=nbytes)
-            else:
-                seg = shared_memory.SharedMemory(name=names[region])
-                _forget(seg)
-            self.segments[region] = seg
-            self.arrays[region] = np.ndarray(shape, dtype=dtype, buffer=seg.buf)
-
-    def names(self) -> dict:
-        return {k: s.name for k, s in self.segments.items()}
-
-    def close(self, unlink: bool) -> None:
-        self.arrays.clear()
-        for seg in self.segments.values():
-            try:
-                seg.close()
-                if unlink:
-                    seg.unlink()
-            except (FileNotFoundError, BufferError):
-                pass
-        self.segments.clear()
-
-
-def _forget(seg) -> None:
-    """Stop Python's resource tracker from unlinking a segment another process owns."""
-    try:
-        from multiprocessing import resource_tracker
-        resource_tracker.unregister(seg._name, "shared_memory")  # noqa: SLF001
-    except Exception:
-        pass
-
-
-class ShmAgentTransport(AgentTransport):
-    """Agent side of the host emulation: control over a socket, regions in /dev/shm."""
-
-    def __init__(self, fd: int):
-        self.conn = Connection(fd)
-        self.tables = {}
-
-    def recv(self):
-        try:
-            return self.conn.recv()
-        except (EOFError, OSError):
-            return None
-
-    def send(self, msg: dict) -> None:
-        self.conn.send(msg)
-
-    def attach(self, table, num_rows, dim, regions):
-        self.tables[table] = _ShmRegions(num_rows, dim, names=regions)
-
-    def read(self, table, region, count=None):
-        src = self.tables[table].arrays[region]
-        return np.array(src if count is None else src[:count])
-
-    def write(self, table, region, src):
-        self.tables[table].arrays[region][: src.shape[0]] = src
-
-    def close(self):
-        for regions in self.tables.values():
-            regions.close(unlink=False)
-        self.conn.close()
-
-
-class ShmHostEndpoint:
-    """Trainer side of the host emulation: owns the segments and the control socket."""
-
-    def __init__(self, conn: Connection):
-        self.conn = conn
-        self.tables = {}
-
+    @abstractmethod
     def new_table(self, table: int, num_rows: int, dim: int) -> dict:
-        """Allocate the regions; returns what the agent needs to attach them."""
-        self.tables[table] = _ShmRegions(num_rows, dim)
-        return self.tables[table].names()
+        """Allocate the regions of ``table``; returns what the agent needs to attach them
+        (sent in the ``add_table`` message)."""
 
+    @abstractmethod
     def region(self, table: int, name: str) -> np.ndarray:
-        return self.tables[table].arrays[name]
+        """The trainer's view of one region (rows are written and read in place)."""
 
+    @abstractmethod
     def send(self, msg: dict) -> None:
-        self.conn.send(msg)
+        """Send one control message."""
 
+    @abstractmethod
     def recv(self):
-        return self.conn.recv()
+        """The next reply (waits); raises ``EOFError`` or ``OSError`` once the agent is gone."""
 
+    @abstractmethod
     def poll(self, timeout: float) -> bool:
-        return self.conn.poll(timeout)
+        """True when a reply (or the end of the connection) is ready for :meth:`recv`."""
 
+    @abstractmethod
     def close(self) -> None:
-        for regions in self.tables.values():
-            regions.close(unlink=True)
-        self.tables.clear()
-        self.conn.close()
+        """Release the regions and the control channel."""

@@ -1,10 +1,30 @@
-"""What DGL 2.1.0 needs shimmed to run with torch 2.13 on these machines.
+"""Every change dgl-sni makes to DGL's objects, one module per change.
+
+Each module has ``install(...)`` (idempotent: installing the same thing twice is a
+no-op), ``uninstall()`` (puts DGL's original object back, identical), ``is_installed()``,
+and refuses a DGL it was not written for (2.1.x; :mod:`patches._dgl_version`). Importing
+a module imports no DGL; only ``install`` does. The modules import only the standard
+library, torch and dgl, and take what they install from the caller.
+
+* :mod:`~patches.graphbolt_optional` -- ``dgl.graphbolt`` imports without its C++
+  library (torch 2.13 has none); installed by :func:`apply`, before ``import dgl``.
+* :mod:`~patches.kvstore_lazy_init` -- ``rpc.copy_data_to_shared_memory`` skips a
+  zero-stride zeros source, so tier-backed shards touch no shared memory (servers).
+* :mod:`~patches.partition_assignment` -- ``partition.random_choice`` returns a given
+  node assignment, so ``partition_graph`` writes it (``dgl_sni.partition``).
+* :mod:`~patches.dist_tensor_class` -- ``dgl.distributed.DistTensor`` and
+  ``dist_graph.DistTensor`` become a given subclass (SNI's ``enable``).
+* :mod:`~patches.distgraph_init_hook` -- ``DistGraph.__init__`` calls a hook with the
+  new graph (SNI's ``enable``).
+* :mod:`~patches.initialize_hook` -- ``dgl.distributed.initialize`` calls hooks before
+  and after DGL's (SNI's ``DGL_SNI=1`` autoenable).
+* :mod:`~patches.kvclient_pull` -- one KVClient instance's ``pull`` is replaced (SNI's
+  KVClient).
 
 ``apply()`` is idempotent and runs before the first ``import dgl``; ``dgl_sni``
 calls it on import, so users never edit site-packages. It
 
-* makes DGL's graphbolt loader optional (the wheel ships graphbolt libraries for
-  torch <= 2.2.1 only; ``dgl.distributed`` does not need graphbolt), and
+* installs :mod:`~patches.graphbolt_optional`, and
 * points DGL's and torch's caches away from the home folder, so importing
   writes nothing to ``~``.
 """

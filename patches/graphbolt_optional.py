@@ -6,12 +6,19 @@ DGL 2.1.0's ``graphbolt/__init__.py`` ends with ``load_graphbolt()``, which rais
 unchanged, and only that specific failure is caught, leaving every Python name of
 graphbolt defined and ``dgl.graphbolt.GRAPHBOLT_AVAILABLE = False``. Any other
 import error propagates.
+
+Installed by :func:`patches.apply` before ``import dgl``, so the DGL version is read
+from the package metadata, not from ``dgl.__version__``.
 """
 import importlib.abc
 import importlib.machinery
 import sys
+from importlib import metadata
+
+from ._dgl_version import WRITTEN_FOR, check
 
 TARGET = "dgl.graphbolt"
+DGL_VERSIONS = WRITTEN_FOR
 
 
 class _TolerantLoader(importlib.abc.Loader):
@@ -43,7 +50,23 @@ class _GraphboltFinder(importlib.abc.MetaPathFinder):
         return spec
 
 
-def install():
-    """Put the finder first on ``sys.meta_path`` (once)."""
-    if not any(isinstance(f, _GraphboltFinder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _GraphboltFinder())
+_FINDER = _GraphboltFinder()
+
+
+def install() -> None:
+    """Put the finder first on ``sys.meta_path`` (a no-op when it is there); run by
+    :func:`patches.apply` before ``import dgl``."""
+    check(__name__, metadata.version("dgl"), DGL_VERSIONS)
+    if not is_installed():
+        sys.meta_path.insert(0, _FINDER)
+
+
+def uninstall() -> None:
+    """Take the finder off ``sys.meta_path``; an already imported ``dgl.graphbolt`` stays."""
+    while _FINDER in sys.meta_path:
+        sys.meta_path.remove(_FINDER)
+
+
+def is_installed() -> bool:
+    """Whether the finder is on ``sys.meta_path``."""
+    return _FINDER in sys.meta_path

@@ -1,14 +1,19 @@
-"""Structured storage offloading of activations (host cache + SSD) and its partitioner."""
+"""Structured storage offloading of activations (host cache + SSD) and its partitioner.
+
+Layer rule: nothing in this package imports ``dgl_sni``; it uses stdlib, numpy, torch,
+DGL (after ``patches.apply()``) and ``patches``. The trainer that drives the tier
+(``TierTrainer``) and the models it trains live in ``dgl_sni``.
+"""
 
 # --- storage tier (cache, regather, bypass): public API -------------------------------
 # Resolved lazily (PEP 562) so that ``import storage_tier.partitioner`` stays free of
 # torch/DGL (the partitioner's memory measurements depend on it).
 _TIER_EXPORTS = {
-    "IOEngine": "io_engine", "StorageError": "io_engine", "HostCache": "host_cache",
+    "IOEngine": "io", "StorageError": "io", "BufferPool": "io", "HostCache": "host_cache",
     "RowSpace": "subparts", "SubpartitionPlan": "subparts", "rowspace_from_graph": "subparts",
-    "rowspace_from_view": "subparts", "TierModel": "models", "TierGCN": "models",
-    "TierSAGE": "models", "TierGAT": "models", "tier_model": "models",
-    "NoExchange": "engine", "TierEngine": "engine", "TierTrainer": "engine",
+    "rowspace_from_view": "subparts", "GraphBlock": "block", "build_block": "block",
+    "HaloExchange": "protocols", "OwnedRows": "protocols", "TierModel": "protocols",
+    "NoExchange": "protocols", "TierEngine": "engine", "parse_bytes": "sizes",
 }
 
 

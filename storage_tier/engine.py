@@ -3,10 +3,12 @@
 :class:`TierEngine` runs one worker's model layer by layer, sub-partition by
 sub-partition, over the units of :mod:`storage_tier.subparts` (one unit = one
 sub-partition's, or the halo's, rows of one layer), with the host cache of
-:mod:`storage_tier.host_cache` in front of the files of :mod:`storage_tier.io_engine`.
-:class:`TierTrainer` wraps it in the training step of
-:class:`~dgl_sni.trainer.FullGraphTrainer` (same loss normalisation, same Adam, same
-all-reduce of weight gradients), so the two can be compared number for number.
+:mod:`storage_tier.host_cache` in front of the files of :mod:`storage_tier.io`.
+The plugin's tier trainer wraps it in the training step of the in-memory full-graph
+trainer (same loss normalisation, same Adam, same all-reduce of weight gradients), so the
+two can be compared number for number. The model is anything with the
+:class:`~storage_tier.protocols.TierModel` interface; the exchange any
+:class:`~storage_tier.protocols.HaloExchange`.
 
 Forward (layers ``0 .. L-2``; layer ``l`` reads units ``act[l]`` and writes ``act[l+1]``).
 For each sub-partition ``s``: gather its source rows unit by unit from ``act[l]`` (cache
@@ -60,17 +62,20 @@ sub-partition depends on every other one (random-like graphs), a layer's activat
 its gradient buffer (2 x one layer) must fit in the budget: otherwise each sub-partition
 re-reads the units the cache could not keep (partition-wise granularity).
 
-Exchange hook (for distributed halo exchange): an object with
-``forward_layer(layer, read_owned_rows) -> np.ndarray [n_halo, d]`` called once layer
-``layer-1``'s outputs of all owned rows are in the tier (``read_owned_rows(slice or
-ids)`` returns owned rows of ``act[layer]`` in the view's numbering;
-``read_owned_rows.units()`` yields ``(view ids, rows)`` unit by unit) and
-``backward_layer(layer, grad_halo) -> np.ndarray [n_owned, d] or None`` called after
-``grad[layer]`` is complete (the returned rows, view numbering, are added to the owned
-gradients). :class:`NoExchange` is the single-process one. Rows move in their stored form:
-with ``hoist_dropout`` and dropout > 0 that is after layer ``layer``'s keyed dropout, and
-the gradients are with respect to those rows -- consistent among tier workers (the masks
-are keyed by node id), not to be mixed with workers exchanging raw rows.
+Exchange hook (distributed halo exchange): a :class:`~storage_tier.protocols.HaloExchange`.
+Once layer ``layer-1``'s outputs of all owned rows are in the tier the engine calls
+``exchange.forward_rows(layer, owned)`` with ``owned`` an
+:class:`~storage_tier.protocols.OwnedRows` (``owned(slice or ids)`` returns owned rows of
+``act[layer]`` in the view's numbering; ``owned.units()`` yields ``(view ids, rows)`` unit
+by unit; ``owned.sync()`` waits until they are on storage); the returned tensor
+``[n_halo, d]`` becomes the halo unit (``.numpy()``, float32). After ``grad[layer]`` is
+complete it calls ``exchange.backward_rows(layer, grad_halo)`` with the halo rows'
+gradient as a tensor (``torch.from_numpy`` of a contiguous copy); a returned tensor
+``[n_owned, d]`` (view numbering) is added to the owned gradients, ``None`` adds nothing.
+:class:`~storage_tier.protocols.NoExchange` is the single-process one. Rows move in their
+stored form: with ``hoist_dropout`` and dropout > 0 that is after layer ``layer``'s keyed
+dropout, and the gradients are with respect to those rows -- consistent among tier workers
+(the masks are keyed by node id), not to be mixed with workers exchanging raw rows.
 
 Metrics (per epoch, :meth:`TierEngine.metrics`): storage bytes read/written (what the
 read/write calls moved, headers and padding included) in total and per phase, cache
@@ -87,7 +92,6 @@ keyed dropout kernel is CPU-only, so it needs ``dropout=0``).
 from __future__ import annotations
 
 import bisect
-import os
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -96,28 +100,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-import dgl_sni  # noqa: F401
-from dgl_sni.collective import LocalCollective
-from dgl_sni.metrics import Counters, peak_rss_mb
-from dgl_sni.trainer import TrainerBase
-
-from .host_cache import HostCache, group_of
-from .io_engine import (HEADER, POOL, BufferPool, IOEngine, StorageError, alloc, kvikio_available,
-                        padded, release)
-from .models import TierModel, tier_model
-from .subparts import RowSpace, SubpartitionPlan, rowspace_from_graph, rowspace_from_view
+from .host_cache import HostCache
+from .io import HEADER, IOEngine, kvikio_available, padded
+from .memory import peak_rss_mb
+from .protocols import HaloExchange, NoExchange, TierModel
+from .subparts import SubpartitionPlan
 
 MODES = ("regather", "snapshot")
-
-
-class NoExchange:
-    """Single-process exchange: a worker that owns every row has no halo."""
-
-    def forward_layer(self, layer: int, read_owned_rows):
-        return None
-
-    def backward_layer(self, layer: int, grad_halo: np.ndarray):
-        return None
 
 
 class _Schedule:
@@ -184,11 +173,14 @@ class TierEngine:
     """Executes forward/backward/prediction passes of a :class:`TierModel` through the tier.
 
     Owns the access orders, the prefetchers and the per-epoch timers; uses (does not own)
-    the plan, the I/O engine, the cache and the exchange handed in by :class:`TierTrainer`.
+    the model, the plan, the I/O engine (and its buffer pool), the cache and the exchange
+    handed in by its trainer, which calls :meth:`write_inputs`, :meth:`forward`,
+    :meth:`backward`, :meth:`predict` and :meth:`metrics`.
     """
 
     def __init__(self, model: TierModel, plan: SubpartitionPlan, io: IOEngine, cache: HostCache,
-                 dims: list, exchange=None, mode: str = "regather", lazy_writes: bool = False,
+                 dims: list, exchange: HaloExchange | None = None, mode: str = "regather",
+                 lazy_writes: bool = False,
                  prefetch_depth: int = 2, device: str = "cpu", hoist_dropout: bool = True):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -206,8 +198,10 @@ class TierEngine:
         # hidden activations are stored *after* the next layer's input dropout, so a row
         # is dropped once where it is produced instead of in every sub-partition gathering it
         self.hoist = bool(hoist_dropout)
-        model._predropped = frozenset(range(1, model.num_layers)) if self.hoist else frozenset()
+        model.set_predropped(frozenset(range(1, model.num_layers)) if self.hoist else frozenset())
+        self.pool = io.pool
         self.cache.writeback = self._writeback
+        self.cache.recycle = self.pool.release
         self.reset_metrics()
 
     # ------------------------------------------------------------------ metrics
@@ -324,7 +318,7 @@ class TierEngine:
     def _emit(self, key, out: torch.Tensor, layer: int, phase: str) -> None:
         """Write an output unit (bypass) and let the cache keep it if it has room."""
         with self._time(layer, phase, "gather_s"):
-            buf = alloc(tuple(out.shape), zero=False)
+            buf = self.pool.alloc(tuple(out.shape), zero=False)
             np.copyto(buf, out.detach().to("cpu").numpy())
         self.cache.discard(key)  # any older version is stale
         if self.lazy_writes:
@@ -335,7 +329,7 @@ class TierEngine:
             self._write(key, buf, layer, phase)
             if self.cache.admit(key, buf, protect_groups=self._active, unit_eviction=False):
                 return
-        release(buf)  # recycled once its write is done
+        self.pool.release(buf)  # recycled once its write is done
 
     def _grad_unit(self, key, layer: int):
         """The accumulation buffer of a gradient unit: (array, resident in cache)."""
@@ -349,7 +343,7 @@ class TierEngine:
             self.cache.misses += 1
             arr = self._wait(None, key, layer, "bwd")
         else:
-            arr = alloc(self.unit_shape(layer, key[2]))
+            arr = self.pool.alloc(self.unit_shape(layer, key[2]))
         ok = self.cache.admit(key, arr, dirty=True, protect_groups=self._active)
         return arr, ok
 
@@ -381,7 +375,7 @@ class TierEngine:
         shape = (part.num_src, self.dims[layer])
         # numpy's allocator (huge pages, heap reuse) is the faster home for a block that is
         # never written; snapshots are written, so they get an aligned tier buffer
-        x = alloc(shape, zero=False) if tier_buffer else np.empty(shape, dtype=np.float32)
+        x = self.pool.alloc(shape, zero=False) if tier_buffer else np.empty(shape, dtype=np.float32)
         for src in part.sources:
             unit = self._fetch(("act", layer, src.part), pf, layer, phase)
             with self._time(layer, phase, "gather_s"):
@@ -391,7 +385,7 @@ class TierEngine:
                     torch.index_select(torch.from_numpy(unit), 0, src.index,
                                        out=torch.from_numpy(x[src.start: src.stop]))
             if self.cache.peek(("act", layer, src.part)) is not unit:
-                release(unit)  # a transient (not admitted) unit: recycle its buffer
+                self.pool.release(unit)  # a transient (not admitted) unit: recycle its buffer
             del unit
         return x
 
@@ -409,7 +403,7 @@ class TierEngine:
             if not resident:  # read-modify-write through storage
                 self._write(key, unit, layer, "bwd")
                 self._grad_stored.add(key)
-                release(unit)
+                self.pool.release(unit)
 
     def _layer_out(self, layer: int, block, xt: torch.Tensor) -> torch.Tensor:
         """``layer_forward`` plus, for hidden layers under hoisting, the next layer's dropout."""
@@ -443,7 +437,7 @@ class TierEngine:
                 block = features.index_select(0, torch.from_numpy(rows)).numpy()
             else:
                 block = np.asarray(features[rows])
-            buf = alloc((hi - lo, self.dims[0]), zero=False)
+            buf = self.pool.alloc((hi - lo, self.dims[0]), zero=False)
             buf[...] = block
             del block
             self.io.write_async(("act", 0, part), buf)
@@ -473,12 +467,12 @@ class TierEngine:
                 if snap:
                     self._write(("snap", layer, s), x, layer, "fwd")
                 if not compute:
-                    release(x)
+                    self.pool.release(x)
                     continue
                 with self._time(layer, "fwd", "compute_s"), torch.no_grad():
                     block, xt = self._to_device(part, torch.from_numpy(x))
                     out = self._layer_out(layer, block, xt)
-                release(x)
+                self.pool.release(x)
                 del x, xt
                 self._emit(("act", layer + 1, s), out, layer, "fwd")
                 del out
@@ -543,9 +537,9 @@ class TierEngine:
                             g = g_out if isinstance(g_out, torch.Tensor) else torch.from_numpy(g_out)
                             out.backward(g.to(out.device))
                     grad = xt.grad.to("cpu").numpy() if need_grad and xt.grad is not None else None
-                release(x)
+                self.pool.release(x)
                 if isinstance(g_out, np.ndarray):
-                    release(g_out)
+                    self.pool.release(g_out)
                 del out, xt, x, g_out
                 if grad is not None:
                     self._scatter(layer, part, grad)
@@ -592,7 +586,7 @@ class TierEngine:
                 with self._time(layer, "eval", "compute_s"):
                     block, xt = self._to_device(part, torch.from_numpy(x))
                     pred = self.model.layer_forward(layer, block, xt).argmax(1).cpu()
-                release(x)
+                self.pool.release(x)
                 del x, xt
                 ok = pred == part.labels
                 for i, m in enumerate((part.train_mask, part.val_mask, part.test_mask)):
@@ -624,13 +618,10 @@ class TierEngine:
 
     def _exchange_forward(self, layer: int) -> None:
         plan = self.plan
-        halo = self.exchange.forward_layer(layer, _OwnedReader(self, layer))
-        if halo is None:
-            raise ValueError(f"exchange.forward_layer({layer}) returned None but the view has "
-                             f"{plan.num_halo} halo rows")
+        halo = self.exchange.forward_rows(layer, _OwnedReader(self, layer)).numpy()
         halo = np.ascontiguousarray(halo, dtype=np.float32)
         if halo.shape != (plan.num_halo, self.dims[layer]):
-            raise ValueError(f"exchange.forward_layer({layer}) returned shape {halo.shape}, "
+            raise ValueError(f"exchange.forward_rows({layer}) returned shape {halo.shape}, "
                              f"expected {(plan.num_halo, self.dims[layer])}")
         self._emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg")
 
@@ -638,15 +629,15 @@ class TierEngine:
         plan = self.plan
         key = ("grad", layer, plan.halo_part)
         unit, _ = self._grad_unit(key, layer)
-        extra = self.exchange.backward_layer(layer, unit.copy())
+        received = self.exchange.backward_rows(layer, torch.from_numpy(np.ascontiguousarray(unit.copy())))
         self.cache.discard(key)
         self._grad_stored.discard(key)
         self.io.delete(key)
-        if extra is None:
+        if received is None:
             return
-        extra = np.asarray(extra, dtype=np.float32)
+        extra = np.asarray(received.numpy(), dtype=np.float32)
         if extra.shape != (plan.num_owned, self.dims[layer]):
-            raise ValueError(f"exchange.backward_layer({layer}) returned shape {extra.shape}, "
+            raise ValueError(f"exchange.backward_rows({layer}) returned shape {extra.shape}, "
                              f"expected {(plan.num_owned, self.dims[layer])}")
         for p in range(plan.num_parts):
             k = ("grad", layer, p)
@@ -659,8 +650,8 @@ class TierEngine:
 
 
 class _OwnedReader:
-    """Owned rows of one layer for the exchange: ``reader(rows)`` for any rows,
-    ``reader.units()`` for all of them unit by unit."""
+    """One layer's owned rows for the exchange (a :class:`~storage_tier.protocols.OwnedRows`):
+    ``reader(rows)`` for any rows, ``reader.units()`` for all of them unit by unit."""
 
     def __init__(self, engine: TierEngine, layer: int):
         self.engine, self.layer = engine, layer
@@ -676,155 +667,4 @@ class _OwnedReader:
         self.engine.io.wait()
 
 
-class TierTrainer(TrainerBase):
-    """Full-graph training of one worker's partition through the storage tier.
-
-    Mirrors :class:`~dgl_sni.trainer.FullGraphTrainer` (``train_epoch``, ``evaluate``,
-    ``state``, ``save_checkpoint``; ``model``, ``optimizer``, ``params``, ``step``) so the
-    two are interchangeable; owns the model, the optimizer, the sub-partition plan, the
-    I/O engine (and its run directory), the host cache and the :class:`TierEngine`.
-
-    Arguments: ``cfg`` (:class:`~dgl_sni.trainer.ModelConfig`); ``view``: a
-    :class:`~dgl_sni.trainer.LocalView` or a :class:`~storage_tier.subparts.RowSpace`
-    (:meth:`from_graph` builds one for a whole graph without a whole-graph DGL block);
-    ``num_subparts`` P; ``storage_dir`` (parent of the run directory; default the temp
-    dir); ``host_cache_budget`` in bytes; ``collective`` / ``counters`` as for
-    FullGraphTrainer; ``exchange`` (halo hook, default :class:`NoExchange`); ``model`` (a
-    :class:`TierModel`, default the shipped GCN/SAGE/GAT of ``cfg`` with ``init_model``'s
-    initial weights); ``partition`` (``auto``/``switching``/``range``); ``mode``
-    (``regather``/``snapshot``); ``lazy_writes``; ``prefetch_depth``; ``io_mode``
-    (``auto``/``direct``/``buffered``); ``device`` (``cpu``; ``cuda`` untested);
-    ``pool_units`` (recycled unit buffers); ``hoist_dropout``.
-
-    After construction the trainer holds no reference to the input features: they are
-    in the tier. Any exception inside ``train_epoch``/``evaluate`` (e.g.
-    :class:`StorageError` for a full disk or a corrupt file) closes the trainer -- its
-    run directory is removed -- and propagates; checkpoints written by
-    :meth:`save_checkpoint` live elsewhere and are untouched.
-    """
-
-    def __init__(self, cfg, view, in_dim: int, num_classes: int, num_subparts: int = 4,
-                 storage_dir: str | None = None, host_cache_budget: int = 256 << 20,
-                 collective=None, exchange=None, counters: Counters | None = None, *,
-                 model: TierModel | None = None, partition: str = "auto", mode: str = "regather",
-                 lazy_writes: bool = False, prefetch_depth: int = 2, io_mode: str = "auto",
-                 device: str = "cpu", pool_units: int = 4, hoist_dropout: bool = True):
-        self.cfg = cfg
-        self.collective = collective or LocalCollective()
-        self.counters = counters or self.collective.counters
-        self.exchange = exchange or NoExchange()
-        self.model: TierModel = model or tier_model(cfg, in_dim, num_classes)
-        self.model.to(device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
-                                          weight_decay=cfg.weight_decay)
-        self.params = [p for p in self.model.parameters()]
-        self.step = 0
-        start = time.perf_counter()
-        rs = view if isinstance(view, RowSpace) else rowspace_from_view(view, self.model.self_loops)
-        self.plan = SubpartitionPlan.build(rs, num_subparts, partition, seed=cfg.seed)
-        counts = torch.tensor([float(rs.train_mask.sum()), float(rs.val_mask.sum()),
-                               float(rs.test_mask.sum())], dtype=torch.float64)
-        self.global_counts = self.collective.all_reduce(counts).clone()
-        if self.global_counts[0] == 0:
-            raise ValueError("no training node: the train split is empty")
-        dims = [int(in_dim)] + [self.model.layer_out_dim(l) for l in range(self.model.num_layers - 1)]
-        self.io = IOEngine(storage_dir, io_mode)
-        try:
-            self.cache = HostCache(host_cache_budget)
-            self.engine = TierEngine(self.model, self.plan, self.io, self.cache, dims,
-                                     self.exchange, mode=mode, lazy_writes=lazy_writes,
-                                     prefetch_depth=prefetch_depth, device=device,
-                                     hoist_dropout=hoist_dropout)
-            # recycle up to pool_units dropped unit buffers (fixed overhead, avoids page faults)
-            largest = max(HEADER + padded(self.plan.unit_rows(p) * d * 4)
-                          for p in self.plan.unit_parts for d in dims)
-            POOL.capacity = int(pool_units) * BufferPool.size_class(largest)
-            self.io.check_space(int(self.engine.disk_needed() * 1.02) + (64 << 20),
-                                "the tier's activations and gradients")
-            self.engine.write_inputs(rs.features)
-        except BaseException:
-            self.close()
-            raise
-        del rs
-        self.setup_s = time.perf_counter() - start
-
-    @classmethod
-    def from_graph(cls, cfg, data, **kwargs) -> "TierTrainer":
-        """One process owning every node of a :class:`~dgl_sni.data.GraphData`."""
-        return cls(cfg, rowspace_from_graph(data, cfg.model), data.feat_dim, data.num_classes,
-                   **kwargs)
-
-    # ------------------------------------------------------------------ training
-    def train_epoch(self, epoch: int) -> dict:
-        """One optimisation step over the worker's rows; returns the epoch's record."""
-        start = time.perf_counter()
-        try:
-            self.engine.reset_metrics()
-            self.model.train()
-            self.model.set_step(self.step, self.cfg.seed)
-            self.epoch_step = self.step
-            mode = self._begin(self.step, training=True)
-            self.optimizer.zero_grad(set_to_none=False)
-            self.engine.forward(training=True)
-            loss, correct = self.engine.backward(self.global_counts[0].item())
-            self.io.wait()
-            self._all_reduce_gradients()
-            self.optimizer.step()
-            self.step += 1
-            stats = torch.tensor([loss, float(correct)], dtype=torch.float64)
-            self.collective.all_reduce(stats)
-        except BaseException:
-            self.close()  # removes the run directory; checkpoints live elsewhere, untouched
-            raise
-        elapsed = time.perf_counter() - start
-        rec = dict(epoch=epoch, mode=mode, loss=stats[0].item(),
-                   train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
-        rec.update(self.engine.metrics())
-        return rec
-
-    @torch.no_grad()
-    def evaluate(self) -> dict:
-        """Accuracy on the train/val/test splits (dropout off), through the tier."""
-        try:
-            self.model.eval()
-            self._begin(getattr(self, "epoch_step", self.step), training=False)
-            correct = self.engine.predict()
-            self.io.wait()
-        except BaseException:
-            self.close()
-            raise
-        return self._accuracies(correct)
-
-    # ------------------------------------------------------------------ state
-    def write_shard_layouts(self, root: str, machine: int, owned_local: np.ndarray | None = None) -> None:
-        """Record where each owned row of every hidden layer lives in this trainer's files,
-        for tier-backed DistTensors (:mod:`storage_tier.shard`). ``owned_local[i]``: shard
-        offset of view row ``i`` (default: the identity)."""
-        from .shard import TierShardLayout, layer_tag, layout_path
-        plan = self.plan
-        n = plan.num_owned
-        view_of_local = np.arange(n) if owned_local is None else np.argsort(owned_local)
-        part, pos = plan.locate(plan.inv_perm[view_of_local])
-        for layer in range(1, self.model.num_layers):
-            paths = [self.io.path(("act", layer, p)) for p in range(plan.num_parts)]
-            TierShardLayout.write(layout_path(root, machine, layer_tag(layer)), paths, part, pos)
-
-    def gradients(self) -> dict:
-        """Weight gradients of the last step by parameter name."""
-        return {k: p.grad.detach().clone() for k, p in self.model.named_parameters()
-                if p.grad is not None}
-
-    def close(self) -> None:
-        """Stop the I/O threads and remove the tier's files (idempotent)."""
-        io = getattr(self, "io", None)
-        if io is not None:
-            io.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-
-__all__ = ["NoExchange", "TierEngine", "TierTrainer", "StorageError", "group_of"]
+__all__ = ["TierEngine"]

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from .io_engine import buffer_nbytes, release
+from .io.buffers import buffer_nbytes
 
 
 @dataclass
@@ -50,11 +50,14 @@ class HostCache:
     """Resident units and their replacement policy; statistics for the metrics JSON."""
 
     def __init__(self, budget_bytes: int, writeback: Callable | None = None,
-                 sizeof: Callable[[np.ndarray], int] = buffer_nbytes):
+                 sizeof: Callable[[np.ndarray], int] = buffer_nbytes,
+                 recycle: Callable[[np.ndarray], None] | None = None):
         if budget_bytes < 0:
             raise ValueError(f"host cache budget must be >= 0 bytes, got {budget_bytes}")
         self.budget = int(budget_bytes)
         self.writeback = writeback
+        # where dropped buffers go for reuse (the I/O engine's ``pool.release``); None: nowhere
+        self.recycle = recycle
         self.sizeof = sizeof
         self.next_use: Callable | None = None  # key -> next access in this pass (None: never)
         self._units: "OrderedDict[tuple, _Entry]" = OrderedDict()  # LRU first
@@ -199,10 +202,11 @@ class HostCache:
                 raise RuntimeError(f"dirty unit {key} evicted without a writeback target")
             self.writeback(key, entry.arr)
             self.writeback_bytes += entry.arr.nbytes
-        release(entry.arr)  # reused only once nothing (e.g. a queued write) holds it
+        self._recycle(entry.arr)  # reused only once nothing (e.g. a queued write) holds it
 
-    def mark_dirty(self, key, dirty: bool = True) -> None:
-        self._units[key].dirty = dirty
+    def _recycle(self, arr: np.ndarray) -> None:
+        if self.recycle is not None:
+            self.recycle(arr)
 
     def flush(self, keys: Iterable) -> list:
         """Write back the dirty ones among ``keys`` (they stay resident, now clean)."""
@@ -220,7 +224,7 @@ class HostCache:
         """Drop ``key`` without writing it back (its data is dead or superseded)."""
         entry = self._remove(key)
         if entry is not None:
-            release(entry.arr)
+            self._recycle(entry.arr)
 
     def discard_group(self, group) -> None:
         for key in self.group_keys(group):

@@ -26,7 +26,8 @@ import numpy as np
 import torch
 
 from .host_cache import HostCache
-from .io_engine import IOEngine, read_unit
+from .io import IOEngine, read_unit
+from .sizes import parse_bytes
 
 LAYOUT = "layout_{tag}.npz"
 _LOCAL_SHARDS: dict = {}  # (root, tag) -> TierShard owned by this trainer process
@@ -115,7 +116,7 @@ class TierPushHandler:
     """DGL push handler of a tier-backed shard: the owning trainer writes through its tier.
 
     Rows are written by the machine that owns them (full-graph training writes only
-    owned rows); :class:`~dgl_sni.sni.kvstore.SNIDistTensor` refuses other writes
+    owned rows); the plugin's tier-backed DistTensor refuses other writes
     before they are sent, so a server never runs this.
     """
 
@@ -142,7 +143,6 @@ class TierStorage:
 
     def __init__(self, root: str, cache_budget: int | str = 64 << 20, chunk_rows: int = 65536,
                  io_mode: str = "auto"):
-        from dgl_sni.config import parse_bytes
         self.root = os.path.abspath(root)
         self.cache = HostCache(parse_bytes(cache_budget, "cache_budget"))
         if int(chunk_rows) < 1:
@@ -155,6 +155,7 @@ class TierStorage:
     def _engine(self, machine: int) -> IOEngine:
         if self.io is None:
             self.io = IOEngine(os.path.join(self.root, f"worker{machine}"), io_mode=self.io_mode)
+            self.cache.recycle = self.io.pool.release
         return self.io
 
     def attach(self, kv, key: str, num_rows: int, shape: tuple, dtype) -> "TierShard":

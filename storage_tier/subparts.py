@@ -5,9 +5,10 @@ its edges (``src -> dst`` block-local ids, no self loops), ``num_owned`` destina
 and ``num_src = num_owned + num_halo`` source rows, the GCN norms over *global* degrees,
 the dataset ids of the source rows (``src_keys``, they key dropout), the input features
 and the labels/split masks of the owned rows. :func:`rowspace_from_view` takes it from a
-:class:`~dgl_sni.trainer.LocalView`; :func:`rowspace_from_graph` builds it for one process
-owning a whole :class:`~dgl_sni.data.GraphData` without building the whole-graph DGL
-block (so large runs do not pay for it).
+trainer's view (``block``, ``x_src``, ``labels`` and the split masks);
+:func:`rowspace_from_graph` builds it for one process owning a whole graph dataset
+(``num_nodes``, ``src``/``dst``, ``degrees()``, ``masks()``, ``features``, ``labels``)
+without building the whole-graph DGL block (so large runs do not pay for it).
 
 :meth:`SubpartitionPlan.build` splits the owned rows into P parts -- the switching-aware
 label-propagation partitioner of :mod:`storage_tier.partitioner` when it imports,
@@ -18,7 +19,7 @@ contiguous range of the tier's row space::
     unit part      0                    ...        P-1                               P  (= plan.halo_part)
 
 ``perm[tier_row] = view_row`` for owned rows; halo rows keep their order. Each
-:class:`SubPartition` gets a :class:`~dgl_sni.block.GraphBlock` whose destination rows are
+:class:`SubPartition` gets a :class:`~storage_tier.block.GraphBlock` whose destination rows are
 its own rows and whose source rows are its own rows first, then its *boundary* (the other
 rows it reads, from any sub-partition or the halo) in ascending tier order, so the rows it
 gathers from one unit form one contiguous slice of its source rows (:class:`Source`). Its
@@ -27,7 +28,7 @@ norms sliced, so every layer computes exactly what the whole-graph block compute
 those destination rows, with the same dropout masks. The expansion ratio is
 ``alpha = sum_s num_src(s) / num_owned``.
 
-Called by :class:`storage_tier.engine.TierTrainer` and the baselines.
+Called by the tier trainer and the benchmarks' baselines.
 """
 from __future__ import annotations
 
@@ -36,8 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-import dgl_sni  # noqa: F401  (DGL shims before dgl)
-from dgl_sni.block import MODELS_WITH_SELF_LOOPS, GraphBlock, build_block
+from .block import MODELS_WITH_SELF_LOOPS, GraphBlock, build_block, degree_norm
 
 
 @dataclass
@@ -64,7 +64,8 @@ class RowSpace:
 
 
 def rowspace_from_view(view, self_loops: bool) -> RowSpace:
-    """The :class:`RowSpace` of a :class:`~dgl_sni.trainer.LocalView` (its block's edges minus self loops)."""
+    """The :class:`RowSpace` of a trainer's view (``block``, ``x_src``, ``labels``, split
+    masks): its block's edges minus self loops."""
     block = view.block
     src, dst = (t.numpy().astype(np.int64) for t in block.graph.edges())
     if self_loops:  # build_block added exactly one v -> v per destination; datasets have none
@@ -78,20 +79,14 @@ def rowspace_from_view(view, self_loops: bool) -> RowSpace:
                     test_mask=view.test_mask.numpy())
 
 
-def _norm(degree: np.ndarray, extra: float) -> torch.Tensor:
-    # the same float32 expression build_block uses
-    return torch.from_numpy(np.asarray(degree, dtype=np.float32) + extra).clamp(min=1).pow(-0.5).unsqueeze(1)
-
-
 def rowspace_from_graph(data, model: str) -> RowSpace:
     """A :class:`RowSpace` in which one process owns every node of ``data`` (no DGL block built)."""
     in_deg, out_deg = data.degrees()
     loops = model in MODELS_WITH_SELF_LOOPS
-    extra = 1.0 if loops else 0.0
     masks = data.masks()
     n = data.num_nodes
     return RowSpace(src=data.src, dst=data.dst, num_owned=n, num_src=n,
-                    src_norm=_norm(out_deg, extra), dst_norm=_norm(in_deg, extra),
+                    src_norm=degree_norm(out_deg, loops), dst_norm=degree_norm(in_deg, loops),
                     src_keys=np.arange(n, dtype=np.int64), self_loops=loops,
                     features=data.features, labels=np.maximum(data.labels, 0),
                     train_mask=masks["train_mask"], val_mask=masks["val_mask"],

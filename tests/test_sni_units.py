@@ -1,5 +1,4 @@
 """Schedule, importance sampling, drift transfer, agent tables and the two agent clients."""
-import argparse
 import os
 import signal
 import time
@@ -7,7 +6,6 @@ import time
 import numpy as np
 import pytest
 
-from dgl_sni.config import TrainConfig, add_train_arguments, from_args
 from dgl_sni.sni.config import SNIConfig
 from dgl_sni.sni.sampling import halo_edge_counts, importance_mask
 from dgl_sni.sni.schedule import SyncSchedule
@@ -229,15 +227,3 @@ def test_agent_errors_reach_the_trainer():
             remote.stats()
     finally:
         remote.close()
-
-
-def test_worker_flags_rebuild_the_config_with_default_on_switches():
-    parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
-    cfg = TrainConfig(predictor="gated", sync_interval=5, transfer=False, measure_staleness=True).validate()
-    argv = cfg.to_argv()
-    assert "--no-transfer" in argv and "--measure-staleness" in argv
-    again = from_args(parser.parse_args(argv))
-    assert again.transfer is False and again.measure_staleness is True
-    assert again.sni_config().transfer is False
-    assert "--no-transfer" not in TrainConfig().to_argv()

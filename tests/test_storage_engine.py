@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import dgl_sni  # noqa: F401
-from dgl_sni.block import MODELS_WITH_SELF_LOOPS, build_block
 from dgl_sni.collective import LocalCollective
 from dgl_sni.data import synthetic
 from dgl_sni.reference import train_reference, whole_graph_view
-from dgl_sni.trainer import FullGraphTrainer, LocalView, ModelConfig
-from storage_tier import StorageError, TierTrainer
-from storage_tier.baselines import AutogradSpillTrainer
+from dgl_sni.train import FullGraphTrainer, LocalView, ModelConfig, TierTrainer
+from benchmarks.tier_baselines import AutogradSpillTrainer
+from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
+from storage_tier.io import StorageError
 from storage_tier.subparts import SubpartitionPlan, rowspace_from_view
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -254,7 +254,8 @@ class ThreadCollective(LocalCollective):
 
 
 class ThreadExchange:
-    """Two workers swapping halo rows/gradients through shared slots (exercises the hook)."""
+    """Two workers swapping halo rows/gradients through shared slots (exercises the
+    :class:`storage_tier.protocols.HaloExchange` calls the tier makes)."""
 
     def __init__(self, rank, owned, halo, peer_owned, peer_halo, shared):
         self.rank, self.shared = rank, shared
@@ -263,23 +264,35 @@ class ThreadExchange:
         pos = {int(g): i for i, g in enumerate(owned)}
         self.send_local = np.array([pos[int(g)] for g in peer_halo], dtype=np.int64)
 
-    def forward_layer(self, layer, read_owned_rows):
+    def begin_step(self, step, training):
+        return "sync"
+
+    def forward_rows(self, layer, owned):
         box, barrier = self.shared["box"], self.shared["barrier"]
-        box[self.rank] = read_owned_rows(self.send_local)
+        box[self.rank] = owned(self.send_local)
         barrier.wait()
         rows = box[1 - self.rank].copy()
         barrier.wait()
-        return rows
+        return torch.from_numpy(rows)
 
-    def backward_layer(self, layer, grad_halo):
+    def backward_rows(self, layer, grad_halo):
         box, barrier = self.shared["box"], self.shared["barrier"]
-        box[self.rank] = grad_halo
+        box[self.rank] = grad_halo.numpy()
         barrier.wait()
         got = box[1 - self.rank]
         out = np.zeros((self.n_owned, grad_halo.shape[1]), np.float32)
         np.add.at(out, self.send_local, got)
         barrier.wait()
-        return out
+        return torch.from_numpy(out)
+
+    def __call__(self, layer, owned):  # the in-memory form: not used by the tier
+        raise NotImplementedError
+
+    def end_epoch(self):
+        return {}
+
+    def close(self):
+        pass
 
 
 def worker_view(data, model, owned):
@@ -358,8 +371,7 @@ import dgl_sni
 import numpy as np, torch
 from dgl_sni.data import GraphData
 from dgl_sni.metrics import peak_rss_mb
-from dgl_sni.trainer import ModelConfig
-from storage_tier import TierTrainer
+from dgl_sni.train import ModelConfig, TierTrainer
 
 def rss_mb():
     for line in open("/proc/self/status"):

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import dgl_sni  # noqa: F401
-from storage_tier.io_engine import (ALIGN, HEADER, IOEngine, StorageError, alloc, as_tier_buffer,
-                                    buffer_nbytes, kvikio_available, padded)
+from storage_tier.io import (ALIGN, HEADER, BufferPool, IOEngine, StorageError, buffer_nbytes,
+                             kvikio_available, padded)
 
 
 @pytest.fixture
@@ -31,11 +31,12 @@ def _fs_type(path):
 
 
 def test_aligned_buffers():
-    a = alloc((5, 3), np.float32)
+    pool = BufferPool()
+    a = pool.alloc((5, 3), np.float32)
     assert a.ctypes.data % ALIGN == 0 and a.shape == (5, 3) and not a.any()
     assert buffer_nbytes(a) == HEADER + ALIGN
-    assert as_tier_buffer(a) is a
-    b = as_tier_buffer(np.ones((2, 2)))
+    assert pool.as_tier_buffer(a) is a
+    b = pool.as_tier_buffer(np.ones((2, 2)))
     assert b is not None and buffer_nbytes(b) == HEADER + ALIGN and (b == 1).all()
     assert padded(0) == 0 and padded(1) == ALIGN and padded(ALIGN) == ALIGN
 
@@ -201,21 +202,15 @@ def test_kvikio_only_with_cuda():
 
 
 def test_buffer_pool_reuses_only_unreferenced_buffers():
-    from storage_tier.io_engine import BufferPool, release
-    import storage_tier.io_engine as ioe
-    saved = ioe.POOL
-    ioe.POOL = pool = BufferPool(capacity=1 << 20)
-    try:
-        a = ioe.alloc((100, 10))
-        a[...] = 7
-        release(a)  # still referenced by `a`: must not be handed out
-        b = ioe.alloc((100, 10))
-        assert b.base is not a.base and (a == 7).all() and not b.any()
-        mm_id = id(a.base)  # (holding a.base itself would keep it in use)
-        del a
-        c = ioe.alloc((100, 10))  # now free: reused, and zero-filled again
-        assert id(c.base) == mm_id and not c.any() and pool.reused == 1
-        d = ioe.alloc((100, 10), zero=False)
-        assert id(d.base) != mm_id
-    finally:
-        ioe.POOL = saved
+    pool = BufferPool(capacity=1 << 20)
+    a = pool.alloc((100, 10))
+    a[...] = 7
+    pool.release(a)  # still referenced by `a`: must not be handed out
+    b = pool.alloc((100, 10))
+    assert b.base is not a.base and (a == 7).all() and not b.any()
+    mm_id = id(a.base)  # (holding a.base itself would keep it in use)
+    del a
+    c = pool.alloc((100, 10))  # now free: reused, and zero-filled again
+    assert id(c.base) == mm_id and not c.any() and pool.reused == 1
+    d = pool.alloc((100, 10), zero=False)
+    assert id(d.base) != mm_id

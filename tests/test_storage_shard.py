@@ -13,7 +13,7 @@ from conftest import ROOT, needs_netns, run_cli
 from dgl_sni.data import load_npz
 from dgl_sni.partition import partition
 from patches import kvstore_lazy_init
-from storage_tier.io_engine import HEADER, IOEngine, StorageError, read_unit
+from storage_tier.io import HEADER, IOEngine, StorageError, read_unit
 from storage_tier.shard import TierPullHandler, TierShardLayout, layout_path
 
 

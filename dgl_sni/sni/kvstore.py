@@ -4,7 +4,9 @@
 ``DGL_SNI=1`` or ``DGL_SNI_CONFIG=path`` is set and the script imports ``dgl_sni``)
 wraps the trainer's KVClient: every ``pull`` goes through :class:`SNIKVClient`, which
 passes untouched any tensor it does not manage, reads local rows from shared memory
-as DGL does, and for the remote rows of a managed tensor decides per pull:
+as DGL does, and hands the remote rows of a managed tensor to its
+:class:`~dgl_sni.halo.resolver.HaloResolver` (the same one the full-graph exchange uses),
+which decides per pull:
 
 * sync pull (warm-up, then every ``sync_interval``-th pull of that tensor): DGL pulls
   them; the agent observes them;
@@ -29,18 +31,16 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
-import dgl.distributed as dgld
-from dgl.distributed import dist_graph as _dist_graph
 from dgl.distributed import dist_tensor as _dist_tensor
 from dgl.distributed.kvstore import get_kvstore
+from patches import dist_tensor_class, distgraph_init_hook, initialize_hook, kvclient_pull, kvstore_lazy_init
 
+from ..halo.resolver import HaloResolver
 from ..metrics import Counters
 from .config import SNIConfig
-from .schedule import SyncSchedule
-from .table import HaloTable
 
 _ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
-_STATE = {"client": None, "graph": None, "initialize": None}
+_STATE = {"client": None, "graph": None}
 
 
 class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
@@ -72,7 +72,7 @@ class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
         super().__init__(shape, dtype, name=name, init_func=init_func, part_policy=part_policy,
                          persistent=persistent, is_gdata=is_gdata, attach=attach)
         if storage is not None:
-            policy = self._part_policy
+            policy = self.part_policy
             self.tier_shard = storage.attach(self.kvstore, self.kvstore_key, policy.get_part_size(),
                                              tuple(shape), dtype)
         client = _STATE["client"]
@@ -82,7 +82,7 @@ class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
     def __setitem__(self, idx, val):
         if self.tier_shard is not None:
             idx = _dist_tensor.totensor(idx)
-            parts = self._part_policy.to_partid(idx)
+            parts = self.part_policy.to_partid(idx)
             foreign = parts != self.kvstore.machine_id
             if bool(foreign.any()):
                 raise ValueError(f"tier-backed DistTensor {self.tensor_name!r}: {int(foreign.sum())} of "
@@ -99,18 +99,19 @@ class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
 
 
 class _ManagedTensor:
-    """SNI state of one managed tensor on this trainer."""
+    """One managed tensor on this trainer: its pull count (the step) and the
+    :class:`~dgl_sni.halo.resolver.HaloResolver` that decides where its remote rows come
+    from. Local rows are read from shared memory as DGL does."""
 
     def __init__(self, client: "SNIKVClient", name: str, user_name: str, static: bool):
         self.client, self.name, self.static = client, name, static
         self.user_name = user_name
-        self.policy = client.kv._part_policy[name]  # noqa: SLF001 (DGL keeps it there)
-        self.schedule = SyncSchedule(client.cfg.warmup, client.cfg.sync_interval, client.cfg.enabled)
+        _, _, self.policy = client.kv.get_data_meta(name)
         self.counters = Counters()
         self.step = 0
-        self.table = None
-        self.table_ids = None  # sorted global ids the agent tracks
-        self.static_rows = {}
+        self.resolver = HaloResolver(client.cfg, self.counters, table_id=client.new_table_id(),
+                                     agent=client.agent, edge_counts=client.edge_counts, static=static)
+        self._source = _PullSource(self)
 
     def pull(self, ids: torch.Tensor) -> torch.Tensor:
         kv, step = self.client.kv, self.step
@@ -123,59 +124,29 @@ class _ManagedTensor:
         out[local] = store[self.policy.to_local(ids[local])]
         remote = torch.nonzero(~local).flatten()
         if remote.numel():
-            out[remote] = self._remote(ids[remote], step)
+            resolved = self.resolver.resolve(step, True, self._source, ids=ids[remote].numpy())
+            out[remote] = torch.from_numpy(resolved.rows)
         return out
 
-    def _pull(self, ids: torch.Tensor) -> torch.Tensor:
-        rows = self.client.original_pull(self.name, ids)
-        self.counters.add("pulled_rows", int(ids.numel()))
-        self.counters.add("pulled_bytes", rows.numel() * rows.element_size())
-        return rows
 
-    def _remote(self, ids: torch.Tensor, step: int) -> torch.Tensor:
-        if self.static:
-            return self._static(ids)
-        stale = self.table is not None and not self.schedule.is_sync(step)
-        if not stale:
-            rows = self._pull(ids)
-            if rows.dim() == 2 and rows.dtype == torch.float32:
-                self._observe(ids.numpy(), rows.numpy(), step)
-            return rows
-        pos = np.searchsorted(self.table_ids, ids.numpy())
-        pos = np.minimum(pos, self.table_ids.size - 1)
-        known = self.table_ids[pos] == ids.numpy()
-        served, _ = self.table.served(step)
-        rows = torch.empty((ids.numel(), served.shape[1]), dtype=torch.float32)
-        rows[torch.from_numpy(known)] = torch.from_numpy(served[pos[known]])
-        if (~known).any():  # never synchronised: DGL pulls them
-            rows[torch.from_numpy(~known)] = self._pull(ids[torch.from_numpy(~known)])
-        self.counters.add("served_rows", int(known.sum()))
-        return rows
+class _PullSource:
+    """A managed tensor's remote rows through DGL's own pull (the script publishes its rows)."""
 
-    def _observe(self, ids: np.ndarray, rows: np.ndarray, step: int) -> None:
-        if self.table is None:  # the first sync pull fixes the tracked rows
-            uniq = np.unique(ids)
-            self.table_ids = uniq  # table rows are in sorted-id order
-            self.table = HaloTable(self.client.new_table_id(), uniq, rows.shape[1],
-                                   self.client.edge_counts(uniq), self.client.cfg,
-                                   self.client.agent(), self.counters)
-        pos = np.searchsorted(self.table_ids, ids)
-        pos = np.minimum(pos, self.table_ids.size - 1)
-        known = self.table_ids[pos] == ids
-        full = np.zeros((self.table_ids.size, rows.shape[1]), np.float32)
-        seen = np.zeros(self.table_ids.size, dtype=bool)
-        full[pos[known]] = rows[known]
-        seen[pos[known]] = True
-        self.table.observe(step, full if seen.all() else full[seen],
-                           None if seen.all() else np.flatnonzero(seen))
+    def __init__(self, tensor: _ManagedTensor):
+        self.tensor = tensor
 
-    def _static(self, ids: torch.Tensor) -> torch.Tensor:
-        missing = [int(i) for i in ids.tolist() if int(i) not in self.static_rows]
-        if missing:
-            rows = self._pull(torch.tensor(missing, dtype=torch.int64))
-            self.static_rows.update(zip(missing, rows))
-        self.counters.add("served_rows", int(ids.numel()) - len(missing))
-        return torch.stack([self.static_rows[int(i)] for i in ids.tolist()])
+    def publish(self) -> None:
+        pass
+
+    def pull(self, ids: np.ndarray | None) -> np.ndarray:
+        t = self.tensor
+        rows = t.client.original_pull(t.name, torch.from_numpy(ids))
+        t.counters.add("pulled_rows", int(ids.size))
+        t.counters.add("pulled_bytes", rows.numel() * rows.element_size())
+        return rows.numpy()
+
+    def peek(self) -> np.ndarray:
+        return self.tensor.client.original_pull(self.tensor.name, torch.from_numpy(self.tensor.resolver.ids)).numpy()
 
 
 class SNIKVClient:
@@ -187,7 +158,7 @@ class SNIKVClient:
         self.managed = {}
         self._agent = None
         self._next_table = 0
-        kv.pull = self.pull  # DistTensor.__getitem__ calls self.kvstore.pull(...)
+        kvclient_pull.install(kv, self.pull)  # DistTensor.__getitem__ calls self.kvstore.pull(...)
 
     def register(self, tensor, created_by_script: bool) -> None:
         name = tensor.kvstore_key
@@ -248,9 +219,8 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")
     if _STATE["client"] is None:
         _STATE["client"] = SNIKVClient(kv, cfg)
-        _dist_graph.DistTensor = SNIDistTensor  # what DistGraph constructs
-        dgld.DistTensor = SNIDistTensor
-        _wrap_distgraph()
+        dist_tensor_class.install(SNIDistTensor)  # also what DistGraph constructs
+        distgraph_init_hook.install(_remember_graph)
         atexit.register(_at_exit)
     else:
         _STATE["client"].cfg = cfg
@@ -265,17 +235,9 @@ def sni_stats() -> dict:
     return client.stats() if client else {}
 
 
-def _wrap_distgraph() -> None:
-    original = _dist_graph.DistGraph.__init__
-    if getattr(original, "_sni", False):
-        return
-
-    def init(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        _STATE["graph"] = self
-
-    init._sni = True
-    _dist_graph.DistGraph.__init__ = init
+def _remember_graph(graph) -> None:
+    """The ``DistGraph`` constructed last is the one :meth:`SNIKVClient.edge_counts` reads."""
+    _STATE["graph"] = graph
 
 
 def _at_exit() -> None:
@@ -292,17 +254,11 @@ def _at_exit() -> None:
 
 def install_autoenable() -> None:
     """Make ``dgl.distributed.initialize`` call :func:`enable` in trainers (DGL_SNI=1)."""
-    if _STATE["initialize"] is not None:
-        return
-    original = dgld.initialize
-    _STATE["initialize"] = original
+    # before: tier-backed tensors' shm shards stay untouched in servers
+    initialize_hook.install(before=kvstore_lazy_init.install, after=_enable_in_trainer)
 
-    def initialize(*args, **kwargs):
-        from patches import kvstore_lazy_init
-        kvstore_lazy_init.install()  # tier-backed tensors' shm shards stay untouched in servers
-        result = original(*args, **kwargs)  # servers never return from here
-        if os.environ.get("DGL_ROLE", "client") != "server":
-            enable()
-        return result
 
-    dgld.initialize = initialize
+def _enable_in_trainer() -> None:
+    """After ``dgl.distributed.initialize``: :func:`enable` unless this is a server."""
+    if os.environ.get("DGL_ROLE", "client") != "server":
+        enable()

@@ -3,8 +3,9 @@
 :class:`HaloTable` is the trainer-side half of an agent history table: it picks the
 sampled rows (boundary importance), forwards fresh rows to the agent on sync steps,
 asks it for rows on stale steps, and measures how far served rows are from the true
-ones when those are known. Used by :class:`~dgl_sni.sni.exchange.SNIExchange` (one
-table per hidden layer) and by the KVClient switch for stock scripts (one per tensor).
+ones when those are known. Owned by a :class:`~dgl_sni.halo.resolver.HaloResolver` (one
+per hidden layer of the full-graph exchange, one per managed tensor of the stock-script
+switch).
 """
 from __future__ import annotations
 
@@ -43,11 +44,7 @@ class HaloTable:
         """Rows and predictor weights the agent serves at ``step`` (waits for them)."""
         if not self.num_rows:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
-        rows, weight = self.agent.result(self.table_id, step)
-        predicted = int((weight > 0).sum())
-        self.counters.add("predicted_rows", predicted)
-        self.counters.add("cached_rows", self.num_rows - predicted)
-        return rows, weight
+        return self.agent.result(self.table_id, step)
 
     def preview(self, step: int):
         """What the agent would serve at ``step``, without advancing any state."""

@@ -24,7 +24,7 @@ epoch (after the first), before the fresh rows are used:
   below ``layer_margin`` times the agent's.
 
 Elsewhere the agent's row (cache or gated trend) stays.
-:class:`~dgl_sni.sni.exchange.SNIExchange` owns one per hidden layer (``gated`` predictor,
+:class:`~dgl_sni.halo.resolver.HaloResolver` owns one per hidden layer (``gated`` predictor,
 fixed sync policy); the map is fitted and applied in the worker because it
 needs the owned rows, which the agent does not see (on a DPU deployment it would travel
 with the request: ``(d + 1) x d`` floats).

@@ -2,8 +2,8 @@
 
 Test infrastructure only: ``libdoca_common.so`` (errors, devices, mmaps, buffers,
 progress engine), and ``libdoca_dma.so`` / ``libdoca_comch.so`` which link to it, the
-same split as the real SDK. Used by ``tests/test_doca_path.py``; also runnable by hand:
-``python tests/doca_sim/build.py OUT_DIR``.
+same split as the real SDK. Used by ``tests/dpu_agent/test_doca_path.py`` and
+``tests/test_doca_train.py``; also runnable by hand: ``python tests/doca_sim/build.py OUT_DIR``.
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
  * doca_sim.c -- a SIMULATED DOCA SDK for dgl-sni's tests. This is NOT NVIDIA DOCA.
  *
  * It implements, with the public C signatures of DOCA 2.x, only the functions that
- * dpu_agent/doca.py binds, so that the agent's DOCA path can be built and tested on a
+ * dpu_agent/doca/bindings.py binds, so that the agent's DOCA path can be built and tested on a
  * plain Linux host. No NVIDIA header or code is used; every prototype is declared here.
  *
  * What it models:

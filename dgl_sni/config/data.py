@@ -1,0 +1,33 @@
+"""The data part: which graph a run trains on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from ..data import FEATURE_NORMS
+from .options import option
+
+
+@dataclass
+class DataConfig:
+    """The dataset (a file or the embedded synthetic generator's parameters) and its feature normalisation."""
+
+    TITLE: ClassVar[str] = "data"
+
+    dataset: str = option("synthetic", "synthetic, cora, citeseer, a .npz file or a DGL .bin graph file")
+    data_dir: str | None = option(None, "folder holding cora.npz/citeseer.npz")
+    nodes: int = option(20000, "synthetic: number of nodes")
+    avg_degree: float = option(10.0, "synthetic: directed edges per node")
+    classes: int = option(8, "synthetic: number of classes")
+    feat_dim: int = option(64, "synthetic: feature width")
+    data_seed: int = option(0, "synthetic: graph seed")
+    feature_norm: str = option("auto", "row-normalise features; auto: when all are non-negative (bag of words)",
+                               choices=FEATURE_NORMS)
+
+    def synthetic_args(self) -> dict:
+        """Keyword arguments of :func:`dgl_sni.data.load_dataset` for the synthetic generator."""
+        return dict(num_nodes=self.nodes, avg_degree=self.avg_degree, num_classes=self.classes,
+                    feat_dim=self.feat_dim, seed=self.data_seed)
+
+    def validate(self) -> "DataConfig":
+        return self  # a bad dataset is reported when it is loaded

@@ -1,0 +1,45 @@
+"""The model and optimiser part: identical on every worker."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .options import option
+
+MODEL_NAMES = ("gcn", "sage", "gat")  # dgl_sni.models
+
+
+@dataclass
+class ModelConfig:
+    """Model and optimiser settings and the training schedule; identical on every worker."""
+
+    TITLE: ClassVar[str] = "model and optimiser"
+
+    model: str = option("gcn", "GNN architecture", choices=MODEL_NAMES, sweep=True)
+    layers: int = option(2, "GNN layers", sweep=True)
+    hidden: int = option(16, "hidden width (per head for GAT)", sweep=True)
+    heads: int = option(4, "GAT heads in hidden layers", sweep=True)
+    dropout: float = option(0.5, "dropout probability on each layer's input", sweep=True)
+    lr: float = option(0.01, "Adam learning rate", sweep=True)
+    weight_decay: float = option(5e-4, "Adam weight decay", sweep=True)
+    seed: int = option(0, "weights and dropout seed", sweep=True)
+    epochs: int = option(100, "training epochs", sweep=True)
+    eval_every: int = option(1, "evaluate every N epochs (and after the last)", sweep=True)
+
+    def validate(self) -> "ModelConfig":
+        """Raise ``ValueError`` naming the first bad setting."""
+        checks = [
+            (self.layers >= 1, f"--layers must be at least 1, got {self.layers}"),
+            (self.hidden >= 1, f"--hidden must be at least 1, got {self.hidden}"),
+            (self.heads >= 1, f"--heads must be at least 1, got {self.heads}"),
+            (self.epochs >= 1, f"--epochs must be at least 1, got {self.epochs}"),
+            (self.lr > 0, f"--lr must be positive, got {self.lr}"),
+            (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
+            (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
+            (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
+            (self.model in MODEL_NAMES, f"--model must be one of {', '.join(MODEL_NAMES)}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        return self

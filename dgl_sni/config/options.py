@@ -1,0 +1,41 @@
+"""A setting declared once: its default, help text and command-line form, in ``field(metadata=...)``.
+
+Every field of a config part is declared with :func:`option`; the flags
+(:mod:`.flags`), the metrics JSON and the sweep files all read the declaration.
+"""
+from __future__ import annotations
+
+from dataclasses import MISSING, Field, dataclass, field
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one config field appears outside Python.
+
+    ``help``: the flag's help text; ``choices``: the values the flag accepts (None: any);
+    ``sweep``: a ``--sweep`` run may change it; ``hidden``: the flag exists but is left out
+    of ``--help``; ``cli``: the field has a flag at all (False for settings only the
+    stock-script switch reads from its JSON file).
+    """
+
+    help: str
+    choices: tuple | None = None
+    sweep: bool = False
+    hidden: bool = False
+    cli: bool = True
+
+
+def option(default=MISSING, help: str = "", *, default_factory=MISSING, choices=None,
+           sweep: bool = False, hidden: bool = False, cli: bool = True):
+    """A dataclass field carrying its :class:`Option` (``field(metadata={"option": ...})``)."""
+    if not help:
+        raise TypeError("every config option needs its help text")
+    meta = {"option": Option(help, tuple(choices) if choices is not None else None, sweep, hidden, cli)}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def option_of(f: Field) -> Option:
+    """The :class:`Option` a field was declared with."""
+    return f.metadata["option"]

@@ -1,0 +1,108 @@
+"""The configuration of a ``dgl-sni train`` run: its parts, their flags, and the flat view.
+
+``dgl-sni train`` parses the flags into a :class:`TrainConfig`, validates it, and hands
+the same flags (:meth:`TrainConfig.to_argv`) to every trainer (``dgl_sni.worker``),
+which parses them again; under DGL's own launch tool the worker is started with the
+flags directly. The metrics JSON's ``config`` is the flat view (:meth:`TrainConfig.as_dict`).
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields, replace
+
+from .cluster import ClusterConfig
+from .data import DataConfig
+from .flags import add_part_arguments, part_argv, part_values
+from .model import ModelConfig
+from .output import OutputConfig
+from .sni import SNIConfig
+from .tier import TierConfig
+
+
+def _train_sni() -> SNIConfig:
+    # dgl-sni train is exact (syncs every epoch) unless told otherwise; the stock-script
+    # switch (DGL_SNI=1) keeps SNIConfig's own default
+    return SNIConfig(sync_interval=1)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run, as one part per concern.
+
+    Settings are read through their part (``cfg.cluster.workers``, ``cfg.sni.sync_interval``,
+    ``cfg.model.model``); :meth:`as_dict`/:meth:`from_dict` give the flat view by setting name.
+    """
+
+    data: DataConfig = field(default_factory=DataConfig)
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    sni: SNIConfig = field(default_factory=_train_sni)
+    tier: TierConfig = field(default_factory=TierConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def parts(self) -> dict:
+        """The parts by attribute name, in flag order."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def sni_active(self) -> bool:
+        """Stale epochs can happen (otherwise the plain exact exchange runs, no agent)."""
+        sni = self.sni
+        return sni.predictor != "none" and (sni.sync_interval > 1 or sni.sync_policy == "adaptive")
+
+    def validate(self) -> "TrainConfig":
+        """Raise ``ValueError`` naming the first bad setting."""
+        for part in self.parts().values():
+            part.validate()
+        return self
+
+    def to_argv(self) -> list:
+        """Flags that make :func:`from_args` rebuild this config."""
+        defaults = TrainConfig().parts()
+        argv = []
+        for name, part in self.parts().items():
+            argv += part_argv(part, defaults[name])
+        return argv
+
+    def as_dict(self) -> dict:
+        """Every setting that has a flag, by name (flat: names are unique over the parts)."""
+        out = {}
+        for part in self.parts().values():
+            out.update(part_values(part))
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "TrainConfig":
+        """The config with these settings (by flat name) and the defaults elsewhere (not validated)."""
+        unknown = sorted(set(values) - set(_OWNER))
+        if unknown:
+            raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
+        grouped = {}
+        for key, value in values.items():
+            grouped.setdefault(_OWNER[key], {})[key] = value
+        return cls(**{name: replace(part, **grouped.get(name, {}))
+                      for name, part in cls().parts().items()})
+
+
+def _owners() -> dict:
+    owner = {}
+    for name, part in TrainConfig().parts().items():
+        for key in part_values(part):
+            if key in owner:
+                raise TypeError(f"setting '{key}' is declared by both {owner[key]} and {name}")
+            owner[key] = name
+    return owner
+
+
+_OWNER = _owners()  # flat setting name -> part attribute
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``dgl-sni train`` (and of the trainer processes): one group per part."""
+    for part in TrainConfig().parts().values():
+        add_part_arguments(parser.add_argument_group(part.TITLE), part)
+
+
+def from_args(ns: argparse.Namespace) -> TrainConfig:
+    """The validated config from flags parsed with :func:`add_train_arguments` (other flags ignored)."""
+    return TrainConfig.from_dict({k: v for k, v in vars(ns).items() if k in _OWNER}).validate()

@@ -1,0 +1,215 @@
+"""Halo exchange through DistDGL's KVStore: pull embeddings forward, push gradients back.
+
+Forward: a trainer writes its owned rows into its local shard of the layer's embedding
+tensor (shared memory, no network), all trainers meet at a barrier, and each pulls its
+halo rows. Backward: each pushes the gradients of its halo rows to their owners'
+gradient shards, makes sure its owners have applied them (a one-row pull from every owner
+it pushed to: a server handles one client's requests in order), all meet at a barrier,
+and each adds its local shard to the gradient of its owned rows and zeroes the shard for
+the next epoch.
+
+Which halo rows are pulled at a step, and which the agent serves instead (stale steps of
+in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloResolver`
+per hidden layer; this module only moves rows. Stale steps pull no embedding, so no
+barrier is needed before the layer; their halo gradients are still pushed unless
+``stale_grad == "skip"``.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import dgl_sni  # noqa: F401
+from dgl.distributed import DistTensor
+from dgl.distributed.kvstore import get_kvstore
+
+from storage_tier.protocols import Owned
+
+from ..metrics import Counters
+from ..sni.schedule import SyncSchedule
+from .resolver import HaloResolver
+from .tensors import LayerTensors
+
+
+class KVHaloExchange:
+    """One trainer's halo exchange over the KVStore (implements
+    :class:`storage_tier.protocols.HaloExchange`); called by the model as ``exchange``
+    and by the storage tier's engine through ``forward_rows``/``backward_rows``.
+
+    ``owned_gids``: global (DGL-reshuffled) ids of the trainer's owned nodes, in block
+    row order; ``halo_gids``: ids of its halo nodes, in block row order after them.
+    ``tensors``: the job's :class:`~dgl_sni.halo.tensors.LayerTensors` (widths of the rows
+    exchanged before layers ``1..L-1``). With ``cfg`` (an active
+    :class:`~dgl_sni.config.SNIConfig`), ``agent`` and ``edge_counts`` (edges from each halo
+    row into the partition), stale steps are served by the agent.
+    """
+
+    def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
+                 tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
+                 edge_counts: np.ndarray | None = None):
+        self.graph, self.collective, self.counters = graph, collective, counters
+        self.kv = get_kvstore()
+        self.num_owned = int(owned_gids.numel())
+        self.halo_gids = halo_gids.to(torch.int64)
+        policy = graph.get_node_partition_policy("_N")
+        self.policy = policy
+        local = policy.to_local(owned_gids.to(torch.int64))
+        contiguous = bool(torch.equal(local, torch.arange(local.numel(), dtype=local.dtype)))
+        self._owned_local = None if contiguous else local
+        owners = policy.to_partid(self.halo_gids) if self.halo_gids.numel() else torch.empty(0, dtype=torch.int64)
+        self.owner_machines = torch.unique(owners).tolist()
+        # one representative row per remote owner, pulled after pushes to flush them
+        self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
+            if self.owner_machines else torch.empty(0, dtype=torch.int64)
+        self.emb, self.grad = tensors.emb, tensors.grad
+        self.tier_backed = tensors.tier_root is not None
+        self.cfg, self.agent = cfg, agent
+        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled) if cfg is not None else None
+        transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy == "fixed"
+        ids = self.halo_gids.numpy()
+        self.resolvers = {
+            layer: HaloResolver(cfg, counters, table_id=layer, ids=ids, dim=dim,
+                                agent=None if agent is None else (lambda: agent),
+                                edge_counts=lambda _ids: edge_counts, transfer=transfer)
+            for layer, dim in enumerate(tensors.dims, start=1)}
+        self.step, self.mode, self.training = 0, "sync", True
+        self._predictor_s = 0.0
+
+    def owned_local_offsets(self) -> np.ndarray:
+        """Shard offset of every owned row, in block row order."""
+        if self._owned_local is None:
+            return np.arange(self.num_owned)
+        return self._owned_local.numpy()
+
+    # -------------------------------------------------------------- steps
+    def begin_step(self, step: int, training: bool) -> str:
+        """Announce a forward pass at training step ``step``; returns its mode. Stale steps
+        ask the agent for every layer's rows at once, so predictions are computed while
+        the trainer computes the layers below."""
+        self.step, self.training = step, training
+        self.mode = self.schedule.mode(step) if self.schedule is not None else "sync"
+        if self.mode == "stale":
+            for resolver in self.resolvers.values():
+                resolver.prefetch(step)
+        return self.mode
+
+    def end_epoch(self) -> dict:
+        """Agent time spent in predictors since the last call (waits for queued work)."""
+        if self.agent is None:
+            return {}
+        total = self.agent.stats()["predictor_s"]
+        delta, self._predictor_s = total - self._predictor_s, total
+        return dict(predictor_s=delta)
+
+    def close(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+
+    # -------------------------------------------------------------- row movement
+    def _write_owned(self, shard: torch.Tensor, rows: Owned) -> None:
+        """Copy the owned rows into the local shard: a tensor, or the storage tier's
+        :class:`~storage_tier.protocols.OwnedRows` unit by unit."""
+        if self.tier_backed:  # the tier wrote them already; make sure they reached storage
+            rows.sync()
+            return
+        if isinstance(rows, torch.Tensor):
+            rows = rows.detach()
+            if self._owned_local is None:
+                shard[: self.num_owned] = rows
+            else:
+                shard[self._owned_local] = rows
+            return
+        for ids, chunk in rows.units():
+            ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
+            target = ids if self._owned_local is None else self._owned_local[ids]
+            shard[target] = torch.from_numpy(np.ascontiguousarray(chunk))
+
+    def _read_owned(self, shard: torch.Tensor) -> torch.Tensor:
+        if self._owned_local is None:
+            return shard[: self.num_owned]
+        return shard[self._owned_local]
+
+    def pull_rows(self, tensor: DistTensor, ids: torch.Tensor) -> torch.Tensor:
+        """Pull rows of any DistTensor, counting payload bytes and time."""
+        with self.counters.timing("comm_s"):
+            rows = tensor[ids]
+        self.counters.bytes_recv += rows.numel() * rows.element_size()
+        self.counters.add("pulled_rows", int(ids.numel()))
+        return rows
+
+    def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor:
+        """Publish owned rows of layer ``layer``'s input where they are needed and return
+        the halo rows (pulled, or served on stale steps: the resolver decides)."""
+        resolver = self.resolvers[layer]
+        own = owned.detach().numpy() if resolver.transfer is not None and self.training \
+            and isinstance(owned, torch.Tensor) else None
+        resolved = resolver.resolve(self.step, self.training, _LayerSource(self, layer, owned), own=own)
+        return torch.from_numpy(np.ascontiguousarray(resolved.rows))
+
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
+        """Send halo gradients to their owners; return the gradient others sent for owned rows."""
+        if self.mode == "stale" and self.cfg.stale_grad == "skip":
+            return grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
+        grad_tensor = self.grad[layer]
+        if self.halo_gids.numel():
+            grad_halo = grad_halo.contiguous()
+            with self.counters.timing("comm_s"):
+                self.kv.push(grad_tensor.kvstore_key, self.halo_gids, grad_halo)
+                grad_tensor[self._flush_ids]  # ordered after the pushes on each owner
+            self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
+            self.counters.add("pushed_rows", int(self.halo_gids.numel()))
+        self.collective.barrier()
+        shard = grad_tensor.local_partition
+        received = self._read_owned(shard).to(torch.float32)  # a copy: the shard is zeroed next
+        if self._owned_local is None:
+            shard[: self.num_owned] = 0
+        else:
+            shard[self._owned_local] = 0
+        return received
+
+    def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        return _ExchangeFunction.apply(owned, self, layer)
+
+
+class _LayerSource:
+    """One layer's halo rows on the wire, as a :class:`~dgl_sni.halo.resolver.HaloSource`."""
+
+    def __init__(self, exchange: KVHaloExchange, layer: int, owned: Owned):
+        self.exchange, self.layer, self.owned = exchange, layer, owned
+
+    def publish(self) -> None:
+        ex = self.exchange
+        ex._write_owned(ex.emb[self.layer].local_partition, self.owned)
+        ex.collective.barrier()
+
+    def pull(self, ids: np.ndarray | None) -> np.ndarray:
+        ex, tensor = self.exchange, self.exchange.emb[self.layer]
+        if ids is None:
+            if ex.halo_gids.numel() == 0:
+                return np.zeros((0, tensor.shape[1]), dtype=np.float32)
+            return ex.pull_rows(tensor, ex.halo_gids).numpy()
+        return ex.pull_rows(tensor, torch.from_numpy(ids)).numpy()
+
+    def peek(self) -> np.ndarray:
+        ex = self.exchange
+        with ex.counters.timing("comm_s"):
+            true = ex.emb[self.layer][ex.halo_gids].numpy()
+        ex.counters.add("measure_bytes", true.nbytes)  # not training traffic
+        return true
+
+
+class _ExchangeFunction(torch.autograd.Function):
+    """Autograd node: ``[owned; halo] = exchange(owned)``; backward pushes halo gradients."""
+
+    @staticmethod
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int):
+        ctx.exchange, ctx.layer = exchange, layer
+        halo = exchange.forward_rows(layer, owned)
+        return torch.cat((owned, halo), 0)
+
+    @staticmethod
+    def backward(ctx, grad_src):
+        ex = ctx.exchange
+        grad_owned = grad_src[: ex.num_owned]
+        received = ex.backward_rows(ctx.layer, grad_src[ex.num_owned:])
+        return grad_owned + received, None, None

@@ -1,0 +1,275 @@
+"""Where every halo row comes from, step by step: the one place that decides it and counts it.
+
+A :class:`HaloResolver` owns, for one exchanged tensor on one trainer, the sync schedule,
+the agent's history table (:class:`~dgl_sni.sni.table.HaloTable`), the drift transfer and
+the exact caches, and answers each step's request for halo rows with the rows and a
+per-row :class:`Origin`:
+
+* ``PULLED`` -- fresh from the owner (a DGL pull; on tier-backed tensors the owner's
+  server reads them from its tier files);
+* ``STATIC`` -- read-only data (input features) from the exact cache of a first pull;
+* ``CACHED`` / ``PREDICTED`` -- stale steps: the agent's history cache, or its trend
+  prediction (the row's predictor weight is positive);
+* ``TRANSFERRED`` -- the cached row moved by the drift of the worker's own rows
+  (:mod:`dgl_sni.sni.transfer`), where its gates are open;
+* ``REPULLED`` -- stale steps with the adaptive policy: rows whose predicted drift
+  exceeds the bound, pulled again.
+
+Rows are counted once, from the origins, when a step's rows are final: ``cached_rows``,
+``predicted_rows`` (predicted or transferred: not the cache), ``transfer_rows``,
+``adaptive_rows``, ``served_rows`` (answered without a pull). Bytes and time on the wire are
+the source's business (:class:`HaloSource`).
+
+Callers: :class:`~dgl_sni.halo.exchange.KVHaloExchange` (full-graph trainers, in memory and
+on the storage tier: one resolver per hidden layer) and the stock-script switch
+(:mod:`dgl_sni.sni.kvstore`: one per managed tensor), so their semantics are the same.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Protocol
+
+import numpy as np
+
+from ..metrics import Counters
+from ..sni.schedule import SyncSchedule
+from ..sni.table import HaloTable
+from ..sni.transfer import DriftTransfer
+
+if TYPE_CHECKING:
+    from dpu_agent.client import AgentClient
+
+    from ..config import SNIConfig
+
+
+class Origin(enum.IntEnum):
+    """Where a halo row's value came from (one code per row of a :class:`Resolved`)."""
+
+    PULLED = 1
+    STATIC = 2
+    CACHED = 3
+    PREDICTED = 4
+    TRANSFERRED = 5
+    REPULLED = 6
+
+
+@dataclass
+class Resolved:
+    """A step's halo rows (``rows[i]`` for requested row ``i``) and their origins."""
+
+    rows: np.ndarray
+    origin: np.ndarray  # uint8, Origin codes
+
+    def count(self, origin: Origin) -> int:
+        return int((self.origin == origin).sum())
+
+
+class HaloSource(Protocol):
+    """How a resolver reaches the owners of its rows (implemented by the exchanges).
+
+    ``publish()`` makes this worker's own rows visible before anyone pulls (a no-op where
+    the script writes them itself); ``pull(ids)`` fetches rows as training traffic (``ids``:
+    global ids; ``None``: every tracked row); ``peek()`` fetches every tracked row without
+    counting it as training traffic (staleness measurement).
+    """
+
+    def publish(self) -> None: ...
+
+    def pull(self, ids: np.ndarray | None) -> np.ndarray: ...
+
+    def peek(self) -> np.ndarray: ...
+
+
+def _origins(n: int, origin: Origin) -> np.ndarray:
+    return np.full(n, int(origin), dtype=np.uint8)
+
+
+class HaloResolver:
+    """Decides each step where the halo rows of one tensor come from (see module docstring).
+
+    ``ids``: the tracked rows' global ids in row order (``None``: fixed by the first sync
+    pull, sorted, as for a stock script's tensor); ``agent``: a function returning the
+    agent client (called when the first table is made), or ``None`` for exact exchange
+    (every row pulled at every step); ``edge_counts(ids)``: per tracked row, its edges into
+    this partition, which rank rows for prediction; ``transfer``: offer the drift transfer (``gated``, fixed policy, rows in
+    memory); ``static``: read-only rows, served from an exact cache after their first pull.
+    """
+
+    def __init__(self, cfg: "SNIConfig | None", counters: Counters, *, table_id: int = 0,
+                 ids: np.ndarray | None = None, dim: int | None = None,
+                 agent: "Callable[[], AgentClient] | None" = None,
+                 edge_counts: "Callable[[np.ndarray], np.ndarray] | None" = None,
+                 transfer: bool = False, static: bool = False):
+        self.cfg, self.counters = cfg, counters
+        self.table_id, self.agent, self.static = table_id, agent, static
+        self._edge_counts = edge_counts
+        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled) if cfg is not None else None
+        self.table = None
+        self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
+        self.transfer = None
+        self._want_transfer = transfer
+        if agent is not None and self.ids is not None:
+            self._new_table(self.ids, dim)
+        self._static_rows = {}
+        self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
+
+    # ------------------------------------------------------------------ schedule
+    @property
+    def predicting(self) -> bool:
+        return self.table is not None
+
+    def mode(self, step: int) -> str:
+        """``sync`` or ``stale`` at ``step`` (stale only once the agent has history to serve)."""
+        if self.table is None or self.schedule is None:
+            return "sync"
+        return self.schedule.mode(step)
+
+    def prefetch(self, step: int) -> None:
+        """Let the agent start computing a stale step's rows (returns at once)."""
+        if self.table is not None and self.mode(step) == "stale":
+            self.table.prefetch(step)
+
+    # ------------------------------------------------------------------ resolving
+    def resolve(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
+                ids: np.ndarray | None = None) -> Resolved:
+        """The halo rows of ``step``: every tracked row (``ids=None``) or the rows of ``ids``.
+
+        ``own``: this worker's own rows of the layer now (the drift transfer needs them);
+        ``training``: the pass trains (observations, transfer scores and the rows reused
+        by the evaluation of the same step happen only then).
+        """
+        if self.static:
+            return self._resolve_static(source, ids)
+        if self.mode(step) == "sync":
+            return self._resolve_sync(step, training, source, own, ids)
+        return self._resolve_stale(step, training, source, own, ids)
+
+    def _resolve_sync(self, step, training, source, own, ids) -> Resolved:
+        source.publish()
+        fresh = source.pull(ids)
+        resolved = Resolved(fresh, _origins(fresh.shape[0], Origin.PULLED))
+        if self.agent is None or not training or fresh.ndim != 2 or fresh.dtype != np.float32:
+            return resolved
+        if ids is not None:  # a stock script's pull: observe the tracked rows it holds
+            self._observe_ids(step, np.asarray(ids, dtype=np.int64), fresh)
+            return resolved
+        table, transfer = self.table, self.transfer
+        if table.has_history:  # how stale would this step have been?
+            used, weight = table.preview(step)
+            if own is not None and transfer is not None and transfer.ready:
+                with self.counters.timing("transfer_s"):
+                    moved = transfer.transferred(table.synced, own)
+                    agent_rows = used
+                    used, _ = transfer.serve(agent_rows, moved)
+                    transfer.score(moved, agent_rows, fresh)
+            table.measure(used, weight, fresh)
+        table.observe(step, fresh)
+        if own is not None and transfer is not None:
+            transfer.on_sync(own)
+        return resolved
+
+    def _resolve_stale(self, step, training, source, own, ids) -> Resolved:
+        cfg, table, transfer = self.cfg, self.table, self.transfer
+        used, weight = table.served(step)
+        origin = np.where(weight > 0, int(Origin.PREDICTED), int(Origin.CACHED)).astype(np.uint8)
+        transfer_live = own is not None and transfer is not None and transfer.ready and transfer.serving
+        if transfer_live:  # gates closed: no fit
+            with self.counters.timing("transfer_s"):
+                used, moved_ids = transfer.serve(used, transfer.transferred(table.synced, own))
+            origin[moved_ids] = int(Origin.TRANSFERRED)
+        if training:
+            self._memo = (step, used, origin)
+        elif self._memo is not None and self._memo[0] == step:
+            _, used, origin = self._memo  # evaluation sees the rows training used
+        if ids is not None:
+            return self._stale_ids(step, source, used, origin, np.asarray(ids, dtype=np.int64))
+        need_true = training and cfg.measure_staleness
+        adaptive = cfg.sync_policy == "adaptive"
+        if need_true or adaptive:
+            source.publish()  # someone pulls this layer's rows now
+        if adaptive:
+            used, origin = self._adaptive_pull(step, training, source, used, origin)
+        if need_true and table.num_rows:
+            true = source.peek()
+            table.measure(used, weight, true)
+        self._count(origin, transfer=transfer_live, adaptive=adaptive)
+        return Resolved(used, origin)
+
+    def _adaptive_pull(self, step, training, source, used, origin):
+        """Pull the rows whose predicted drift exceeds the bound; observe them."""
+        drift = self.table.drift(step)
+        rows = np.flatnonzero(drift > self.cfg.drift_bound)
+        if rows.size:
+            fresh = source.pull(self.ids[rows])
+            if training:
+                self.table.observe(step, fresh, rows)
+            used = used.copy()
+            used[rows] = fresh
+            origin = origin.copy()
+            origin[rows] = int(Origin.REPULLED)
+        return used, origin
+
+    def _count(self, origin: np.ndarray, transfer: bool = False, adaptive: bool = False) -> None:
+        """Count a stale step's rows by origin (once)."""
+        c = self.counters
+        n = np.bincount(origin, minlength=len(Origin) + 1)
+        c.add("predicted_rows", int(n[Origin.PREDICTED] + n[Origin.TRANSFERRED]))
+        c.add("cached_rows", int(n[Origin.CACHED]))
+        if transfer:
+            c.add("transfer_rows", int(n[Origin.TRANSFERRED]))
+        if adaptive:
+            c.add("adaptive_rows", int(n[Origin.REPULLED]))
+
+    # ------------------------------------------------------------------ rows by id
+    def _stale_ids(self, step, source, used, origin, ids) -> Resolved:
+        """Tracked rows of ``ids`` from the stale rows; rows never synchronised are pulled."""
+        pos = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
+        known = self.ids[pos] == ids
+        rows = np.empty((ids.size, used.shape[1]), dtype=np.float32)
+        out_origin = np.empty(ids.size, dtype=np.uint8)
+        rows[known] = used[pos[known]]
+        out_origin[known] = origin[pos[known]]
+        if (~known).any():
+            rows[~known] = source.pull(ids[~known])
+            out_origin[~known] = int(Origin.PULLED)
+        self._count(out_origin[known])
+        self.counters.add("served_rows", int(known.sum()))
+        return Resolved(rows, out_origin)
+
+    def _observe_ids(self, step: int, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Observe a pull of arbitrary ``ids``; the first one fixes the tracked rows."""
+        if self.table is None:
+            self.ids = np.unique(ids)  # table rows are in sorted-id order
+            self._new_table(self.ids, rows.shape[1])
+        pos = np.minimum(np.searchsorted(self.ids, ids), self.ids.size - 1)
+        known = self.ids[pos] == ids
+        full = np.zeros((self.ids.size, rows.shape[1]), np.float32)
+        seen = np.zeros(self.ids.size, dtype=bool)
+        full[pos[known]] = rows[known]
+        seen[pos[known]] = True
+        self.table.observe(step, full if seen.all() else full[seen],
+                           None if seen.all() else np.flatnonzero(seen))
+
+    def _resolve_static(self, source, ids) -> Resolved:
+        ids = np.asarray(ids, dtype=np.int64)
+        wanted = ids.tolist()
+        missing = [i for i in wanted if i not in self._static_rows]
+        if missing:
+            rows = source.pull(np.array(missing, dtype=np.int64))
+            self._static_rows.update(zip(missing, rows))
+        self.counters.add("served_rows", len(wanted) - len(missing))
+        rows = np.stack([self._static_rows[i] for i in wanted])
+        first = set(missing)
+        origin = np.array([Origin.PULLED if i in first else Origin.STATIC for i in wanted], dtype=np.uint8)
+        return Resolved(rows, origin)
+
+    # ------------------------------------------------------------------ set-up
+    def _new_table(self, ids: np.ndarray, dim: int) -> None:
+        counts = self._edge_counts(ids)
+        self.table = HaloTable(self.table_id, ids, dim, counts, self.cfg, self.agent(), self.counters)
+        if self._want_transfer and self.table.sampled.any():
+            self.transfer = DriftTransfer(self.table.sampled)
+
+    def drift(self, step: int) -> np.ndarray:
+        return self.table.drift(step)

@@ -1,0 +1,55 @@
+"""The per-layer DistTensors a full-graph job exchanges halo rows through.
+
+For every hidden layer ``l`` a job has two ``DistTensor`` objects sharded like the
+graph's nodes: ``<name>_h{l}`` (embeddings) and ``<name>_g{l}`` (gradients, with a push
+handler that accumulates, in float64 so that the sum of several workers' contributions
+to a row does not depend on their order of arrival).
+"""
+from __future__ import annotations
+
+import torch
+
+import dgl_sni  # noqa: F401
+from dgl.distributed import DistTensor
+from dgl.distributed.kvstore import get_kvstore
+
+from patches.kvstore_lazy_init import lazy_zeros
+
+
+def accumulate_push_handler(data_store, name, local_offset, data):
+    """DGL push handler: add pushed rows instead of overwriting them (runs in the server)."""
+    data_store[name].index_add_(0, local_offset, data.to(data_store[name].dtype))
+
+
+class LayerTensors:
+    """The per-layer embedding and gradient ``DistTensor``s of a job (collective to create).
+
+    One set serves every run of a sweep with the same hidden widths: gradient shards are
+    zeroed after every read and embedding shards are overwritten before every pull.
+    With ``tier_root`` (trainers on the storage tier) the embedding tensors are backed
+    by the tier: servers answer pulls from the owners' tier files
+    (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. Made by the
+    worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
+    """
+
+    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None):
+        policy = graph.get_node_partition_policy("_N")
+        n = graph.num_nodes()
+        kv = get_kvstore()
+        self.dims = list(dims)
+        self.tier_root = tier_root
+        self.emb, self.grad = {}, {}
+        for layer, dim in enumerate(dims, start=1):
+            if tier_root is None:
+                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                             part_policy=policy)
+            else:  # rows stay in the owners' tier files; the shard holds no memory
+                from storage_tier.shard import TierPullHandler, layer_tag
+                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                             part_policy=policy, init_func=lazy_zeros)
+                kv.register_pull_handler(self.emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
+            # float64 on the owner: a row's contributions from several workers arrive in any
+            # order, and summed in float32 their sum would depend on it
+            self.grad[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}",
+                                          part_policy=policy)
+            kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)

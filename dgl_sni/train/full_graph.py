@@ -1,0 +1,86 @@
+"""The in-memory full-graph trainer, shared by distributed workers and the single-process reference.
+
+:class:`FullGraphTrainer` owns the model, the optimizer and one worker's view of the
+graph: a :class:`~storage_tier.block.GraphBlock` whose destination rows are the nodes the
+worker owns, the input rows of every source node, and labels/masks of the owned rows.
+The exchange moves halo rows between layers; the collective sums losses, accuracy
+counts and weight gradients over workers. With one worker owning the whole graph,
+an identity exchange and :class:`~dgl_sni.collective.LocalCollective`, it *is* the
+single-process full-graph reference.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from ..collective import LocalCollective
+from ..metrics import Counters
+from ..models import FullGraphGNN, identity_exchange, init_model
+from .base import LocalView, ModelConfig, TrainerBase
+
+
+class FullGraphTrainer(TrainerBase):
+    """Runs full-graph epochs (forward, backward, all-reduce, Adam step, evaluation)."""
+
+    def __init__(self, cfg: ModelConfig, view: LocalView, in_dim: int, num_classes: int,
+                 collective=None, exchange=identity_exchange, counters: Counters | None = None):
+        self.cfg, self.view = cfg, view
+        self.collective = collective or LocalCollective()
+        self.exchange = exchange
+        self.counters = counters or self.collective.counters
+        self.model: FullGraphGNN = init_model(
+            cfg.seed, cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers,
+            dropout=cfg.dropout, heads=cfg.heads)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
+                                          weight_decay=cfg.weight_decay)
+        self.params = [p for p in self.model.parameters()]
+        self.step = 0  # optimisation steps taken; keys dropout masks
+        counts = torch.tensor([float(view.train_mask.sum()), float(view.val_mask.sum()),
+                               float(view.test_mask.sum())], dtype=torch.float64)
+        self.global_counts = self.collective.all_reduce(counts).clone()
+        if self.global_counts[0] == 0:
+            raise ValueError("no training node: the train split is empty")
+
+    # ------------------------------------------------------------------ training
+    def train_epoch(self, epoch: int) -> dict:
+        """One optimisation step over the whole graph; returns the epoch's record."""
+        start = time.perf_counter()
+        self.model.train()
+        self.epoch_step = self.step
+        mode = self._begin(self.step, training=True)
+        logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
+                            dropout_seed=self.cfg.seed)
+        mask = self.view.train_mask
+        # Sum of per-node losses over the owned training nodes, divided by the *global*
+        # number of training nodes: the workers' losses and gradients add up to the
+        # single-process mean loss and its gradient.
+        loss = F.cross_entropy(logits[mask], self.view.labels[mask], reduction="sum")
+        loss = loss / self.global_counts[0].item()
+        self.optimizer.zero_grad(set_to_none=False)
+        loss.backward()
+        self._all_reduce_gradients()
+        self.optimizer.step()
+        self.step += 1
+        with torch.no_grad():
+            correct = (logits[mask].argmax(1) == self.view.labels[mask]).sum()
+            stats = torch.tensor([loss.item(), float(correct)], dtype=torch.float64)
+            self.collective.all_reduce(stats)
+        elapsed = time.perf_counter() - start
+        return dict(epoch=epoch, mode=mode, loss=stats[0].item(),
+                    train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
+
+    # ------------------------------------------------------------------ evaluation
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Full-graph accuracy on the train/val/test splits (dropout off)."""
+        self.model.eval()
+        self._begin(getattr(self, "epoch_step", self.step), training=False)
+        logits = self.model(self.view.block, self.view.x_src, self.exchange)
+        pred = logits.argmax(1)
+        hit = pred == self.view.labels
+        correct = torch.tensor([float(hit[m].sum()) for m in
+                                (self.view.train_mask, self.view.val_mask, self.view.test_mask)],
+                               dtype=torch.float64)
+        return self._accuracies(correct)

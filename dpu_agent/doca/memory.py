@@ -1,0 +1,28 @@
+"""Page-aligned memory for DOCA mmaps (both sides of the DOCA transport allocate it)."""
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+PAGE = mmap.PAGESIZE
+
+
+class Pages:
+    """Page-aligned anonymous memory viewed as one numpy array (DMA-able, registrable)."""
+
+    def __init__(self, dtype, shape):
+        self.nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        self.length = max(PAGE, -(-self.nbytes // PAGE) * PAGE)
+        self._map = mmap.mmap(-1, self.length)
+        self.array = np.frombuffer(self._map, dtype=dtype, count=int(np.prod(shape))).reshape(shape)
+        self.addr = self.array.ctypes.data if self.array.size else \
+            np.frombuffer(self._map, dtype=np.uint8, count=1).ctypes.data
+
+    def close(self):
+        self.array = None
+        try:
+            self._map.close()
+        except BufferError:  # a caller still holds a view; the mapping goes with it
+            pass
+

@@ -1,0 +1,124 @@
+"""The interfaces the storage tier is driven through, declared once for every caller.
+
+:class:`HaloExchange` is the one exchange protocol of the project: the in-memory model
+(``FullGraphGNN.forward`` calls ``exchange(layer, owned)``), both trainers and the tier
+engine (``forward_rows``/``backward_rows`` with a layer's owned rows still in the tier)
+all talk to an exchange through it. ``dgl_sni.halo`` implements it over DistDGL's
+KVStore; :class:`NoExchange` is the single-process one. The tier imports nothing above it,
+so the protocol lives here.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Iterable, Protocol, Union, runtime_checkable
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:  # annotation only: importing the block module loads DGL
+    from .block import GraphBlock
+
+
+@runtime_checkable
+class OwnedRows(Protocol):
+    """One layer's owned rows as the tier holds them, handed to an exchange to publish.
+
+    ``units()`` yields ``(owned row ids, rows)`` chunk by chunk, each unit read once;
+    ``rows(ids)`` reads any rows; ``sync()`` makes sure what the tier wrote reached
+    storage (for tier-backed shards, whose rows servers read from the files).
+    """
+
+    def __call__(self, rows) -> np.ndarray: ...
+
+    def units(self) -> Iterable[tuple]: ...
+
+    def sync(self) -> None: ...
+
+
+Owned = Union[torch.Tensor, OwnedRows]
+
+
+@runtime_checkable
+class HaloExchange(Protocol):
+    """Moves one worker's halo rows between layers; one instance per worker and job.
+
+    * ``begin_step(step, training)`` announces a forward pass and returns its mode
+      (``"sync"`` or ``"stale"``);
+    * ``forward_rows(layer, owned)`` publishes the owned rows of layer ``layer``'s input
+      and returns the halo rows (block order after the owned ones);
+    * ``backward_rows(layer, grad_halo)`` sends the halo rows' gradients to their owners
+      and returns the gradient the others sent for the owned rows (``None``: nothing);
+    * ``exchange(layer, owned)`` (``__call__``) is the autograd form the in-memory model
+      uses: ``[owned; halo]`` forward, the two gradient moves backward;
+    * ``end_epoch()`` returns the epoch's extra metrics; ``close()`` releases what it holds.
+    """
+
+    num_owned: int
+
+    def begin_step(self, step: int, training: bool) -> str: ...
+
+    def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor: ...
+
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None: ...
+
+    def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
+
+    def end_epoch(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+class NoExchange:
+    """The single-process exchange: a worker that owns every row has no halo.
+
+    The in-memory model's source rows are its owned rows unchanged; the tier engine
+    gets empty halo rows and no gradient from elsewhere.
+    """
+
+    def __init__(self, num_owned: int = 0):
+        self.num_owned = num_owned
+
+    def begin_step(self, step: int, training: bool) -> str:
+        return "sync"
+
+    def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor:
+        width = owned.shape[1] if isinstance(owned, torch.Tensor) else 0
+        return torch.zeros((0, width), dtype=torch.float32)
+
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        return owned
+
+    def end_epoch(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@runtime_checkable
+class TierModel(Protocol):
+    """What :class:`~storage_tier.engine.TierEngine` needs of a model it runs layer by layer.
+
+    * ``num_layers``: how many layers (``layer_forward`` is called for ``0 .. L-1``);
+    * ``layer_forward(layer, block, h)``: the layer's output rows of ``block``'s destination
+      rows (activation included, logits for the last layer) from its input rows ``h`` of
+      every source row; ``block`` is a :class:`~storage_tier.block.GraphBlock`;
+    * ``drop_rows(layer, h, keys)``: the input dropout of ``layer`` applied to rows ``h`` of
+      the nodes ``keys`` (the engine applies it where hidden rows are produced);
+    * ``set_predropped(layers)``: the layers whose input rows will arrive already dropped
+      (their ``layer_forward`` must then not drop them again).
+
+    Declared here so the engine imports no model class; the shipped models (and the base
+    class user models derive from) live with the model code, above the tier.
+    """
+
+    @property
+    def num_layers(self) -> int: ...
+
+    def layer_forward(self, layer: int, block: "GraphBlock", h: torch.Tensor) -> torch.Tensor: ...
+
+    def drop_rows(self, layer: int, h: torch.Tensor, keys: torch.Tensor) -> torch.Tensor: ...
+
+    def set_predropped(self, layers: frozenset) -> None: ...

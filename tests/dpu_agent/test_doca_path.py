@@ -1,0 +1,260 @@
+"""The agent's DOCA path (dpu_agent.doca) against the simulated DOCA SDK in tests/doca_sim.
+
+The simulator is compiled here with gcc into the three libraries DOCA ships; its DMA
+moves bytes between processes with process_vm_readv/writev and its Comch runs over Unix
+sockets, so the real agent process (``python -m dpu_agent.agent --doca``) can be driven
+from this test process through ``RemoteAgentClient(DocaHostEndpoint(...))``.
+"""
+import ctypes
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+
+import numpy as np
+import pytest
+
+from dpu_agent import doca
+from dpu_agent.client import RemoteAgentClient
+from dpu_agent.tables import HistoryTable
+from dpu_agent.transport import AgentError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository
+PCI = "03:00.0"
+MAX_DMA = 4096  # the simulated device's max DMA buffer: large reads/writes are split
+
+
+def _load_builder():
+    spec = importlib.util.spec_from_file_location("doca_sim_build", os.path.join(ROOT, "tests", "doca_sim",
+                                                                                 "build.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory):
+    """Build the simulated SDK; point DOCA_LIB_DIR at it for this module."""
+    builder = _load_builder()
+    if builder.compiler() is None:
+        pytest.skip("gcc is not available to build the simulated DOCA SDK")
+    lib_dir = builder.build(str(tmp_path_factory.mktemp("doca_sim")))
+    saved = {k: os.environ.get(k) for k in ("DOCA_LIB_DIR", "DOCA_SIM_MAX_BUF_SIZE")}
+    os.environ.update(DOCA_LIB_DIR=lib_dir, DOCA_SIM_MAX_BUF_SIZE=str(MAX_DMA))
+    yield lib_dir
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+def _service():
+    return f"sni-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def _bounded(fn, seconds=30.0):
+    """Run ``fn`` but fail (instead of hanging the suite) if it takes over ``seconds``."""
+    out = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as err:  # noqa: BLE001
+            out["error"] = err
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"{getattr(fn, '__name__', fn)} hung for {seconds} s"
+    if "error" in out:
+        raise out["error"]
+    return out.get("value")
+
+
+def _start_agent(tmp_path):
+    """The real agent process in DPU mode plus a client driving it over DOCA."""
+    name = _service()
+    log = open(tmp_path / f"{name}.log", "w+")
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--doca", "--pci", PCI, "--name", name],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        endpoint = doca.DocaHostEndpoint(PCI, name, connect_timeout=30)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        log.seek(0)
+        print(log.read())
+        raise
+    return RemoteAgentClient(endpoint, proc), proc, log
+
+
+def _log_text(log):
+    log.flush()
+    log.seek(0)
+    return log.read()
+
+
+def _same_bits(got, want):
+    got, want = np.ascontiguousarray(got), np.ascontiguousarray(want)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert got.tobytes() == want.tobytes()
+
+
+# ----------------------------------------------------------------------------- bindings
+def test_missing_library_raises_unavailable(tmp_path, monkeypatch):
+    with pytest.raises(doca.DocaUnavailable, match=str(tmp_path / "libdoca_common.so")):
+        doca.load(str(tmp_path))
+    monkeypatch.setenv("DOCA_LIB_DIR", str(tmp_path))
+    with pytest.raises(doca.DocaUnavailable, match="DOCA library not found"):
+        doca.DocaHostEndpoint(PCI, _service())
+
+
+def test_doca_errors_name_function_and_code(sim_dir):
+    lib = doca.load(sim_dir)
+    mm = ctypes.c_void_p()
+    lib.doca_mmap_create(ctypes.byref(mm))
+    try:
+        with pytest.raises(doca.DocaError) as info:
+            lib.doca_mmap_start(mm)  # no memory range set
+        assert info.value.func == "doca_mmap_start"
+        assert info.value.code == doca.DOCA_ERROR_INVALID_VALUE
+        assert "doca_mmap_start" in str(info.value) and "DOCA_ERROR_INVALID_VALUE" in str(info.value)
+        with pytest.raises(doca.DocaError, match="doca_mmap_set_memrange.*DOCA_ERROR_INVALID_VALUE"):
+            lib.doca_mmap_set_memrange(mm, None, 0)
+    finally:
+        lib.doca_mmap_destroy(mm)
+
+
+def test_unknown_device_and_absent_server(sim_dir):
+    with pytest.raises(doca.DocaError, match="ff:00.0") as info:
+        doca.DocaHostEndpoint("ff:00.0", _service())
+    assert info.value.code == doca.DOCA_ERROR_NOT_FOUND
+    name = _service()
+    with pytest.raises(doca.DocaError, match=name) as info:
+        doca.DocaHostEndpoint(PCI, name, connect_timeout=0.3)
+    assert info.value.code == doca.DOCA_ERROR_TIME_OUT
+    with pytest.raises(doca.DocaError, match="no network representor with PCI address 99:00.0"):
+        doca.DocaAgentTransport(PCI, _service(), rep_pci="99:00.0")
+
+
+def test_round_trip_in_one_process(sim_dir):
+    """Both halves in this process: message framing in both directions, local DMA, checks."""
+    name = _service()
+    agent = doca.DocaAgentTransport(PCI, name)
+    host = doca.DocaHostEndpoint(PCI, name, connect_timeout=5)
+    try:
+        regions = host.new_table(3, 300, 8)
+        payload = np.arange(3000)  # several Comch frames
+        host.send(dict(op="add_table", regions=regions, payload=payload))
+        msg = _bounded(agent.recv, 10)
+        assert np.array_equal(msg["payload"], payload)
+        with pytest.raises(ValueError, match="region 'fresh'"):
+            agent.attach(4, 300, 9, msg["regions"])  # layout mismatch is refused
+        agent.attach(3, 300, 8, msg["regions"])
+        fresh = np.random.default_rng(1).random((300, 8), dtype=np.float32)
+        host.region(3, "fresh")[:] = fresh
+        _same_bits(agent.read(3, "fresh", 200), fresh[:200])
+        agent.write(3, "served", fresh[::-1])
+        _same_bits(host.region(3, "served"), fresh[::-1])
+        with pytest.raises(ValueError):
+            agent.write(3, "weight", np.zeros(301, np.float32))
+        agent.send(dict(op="reply", payload=payload[::-1]))
+        assert host.poll(5.0)
+        assert np.array_equal(host.recv()["payload"], payload[::-1])
+        assert not host.poll(0.05)
+    finally:
+        host.close()
+    assert _bounded(agent.recv, 10) is None  # the trainer went away
+    agent.close()
+
+
+# ----------------------------------------------------------------------------- the agent process
+def _trajectory(rng, num_rows, dim):
+    base = rng.normal(size=(num_rows, dim))
+    slope = rng.normal(scale=0.05, size=(num_rows, dim))
+    wiggle = rng.normal(scale=0.01, size=(num_rows, dim))
+    return lambda step: (base + slope * step + wiggle * np.sin(step)).astype(np.float32)
+
+
+def test_agent_process_over_doca_matches_in_process_tables(sim_dir, tmp_path):
+    """Rows travel both ways by DMA and the agent serves exactly what HistoryTable serves."""
+    client, proc, log = _start_agent(tmp_path)
+    try:
+        rng = np.random.default_rng(7)
+        # table 1 is large enough for a multi-frame add_table and many DMA chunks per copy
+        specs = {0: (500, 16, "gated"), 1: (6000, 4, "cache")}
+        refs, paths = {}, {}
+        for table, (num_rows, dim, kind) in specs.items():
+            sampled = rng.random(num_rows) < 0.3
+            client.add_table(table, num_rows, dim, sampled, kind)
+            refs[table] = HistoryTable(num_rows, dim, sampled, kind)
+            paths[table] = _trajectory(rng, num_rows, dim)
+        for step in (0.0, 1.0, 2.0, 3.0):
+            for table in specs:
+                rows = paths[table](step)
+                client.observe(table, step, rows)
+                refs[table].observe(step, rows)
+        for table, (num_rows, _, _) in specs.items():  # a partial sync: rows and their ids
+            ids = np.sort(rng.choice(num_rows, num_rows // 5, replace=False)).astype(np.int64)
+            rows = paths[table](4.0)[ids]
+            client.observe(table, 4.0, rows, ids)
+            refs[table].observe(4.0, rows, ids)
+        for step in (5.0, 6.0):  # stale steps: served rows come back by DMA
+            for table in specs:
+                client.request(table, step)
+            for table in specs:
+                rows, weight = _bounded(lambda: client.result(table, step))
+                want_rows, want_weight = refs[table].serve(step)
+                _same_bits(rows, want_rows)
+                _same_bits(weight, want_weight)
+        assert np.any(refs[0].serve(6.0)[1] > 0)  # the gated predictor did take part
+        rows, weight = client.result(0, 7.0, preview=True)
+        want_rows, want_weight = refs[0].serve(7.0, preview=True)
+        _same_bits(rows, want_rows)
+        _same_bits(weight, want_weight)
+        for table in specs:
+            _same_bits(client.drift(table, 7.0), refs[table].drift(7.0).astype(np.float32))
+        stats = client.stats()
+        assert stats["tables"] == 2 and stats["tracked_rows"] == 6500
+        assert stats["predicted_slots"] == sum(int(r.sampled_rows.size) for r in refs.values())
+    finally:
+        _bounded(client.close)
+    text = _log_text(log)
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text, text
+
+
+def test_agent_failure_is_reported_not_fatal(sim_dir, tmp_path):
+    client, proc, log = _start_agent(tmp_path)
+    try:
+        client.add_table(0, 20, 4, np.zeros(20, bool), "cache")
+        with pytest.raises(AgentError, match="never synchronised"):
+            _bounded(lambda: client.result(0, 1.0))  # nothing observed yet
+        client.observe(0, 0.0, np.ones((20, 4), np.float32))
+        rows, _ = _bounded(lambda: client.result(0, 1.0))
+        assert np.all(rows == 1.0)
+    finally:
+        _bounded(client.close)
+    assert proc.returncode == 0, _log_text(log)
+
+
+def test_killed_agent_raises_agent_error(sim_dir, tmp_path):
+    client, proc, log = _start_agent(tmp_path)
+    try:
+        client.add_table(0, 50, 4, np.ones(50, bool), "gated")
+        client.observe(0, 0.0, np.ones((50, 4), np.float32))
+        _bounded(client.stats)
+        os.kill(proc.pid, signal.SIGSTOP)  # the request below is sent, never answered
+        client.request(0, 1.0)
+        threading.Timer(0.5, proc.kill).start()
+        with pytest.raises(AgentError, match="went away"):
+            _bounded(lambda: client.result(0, 1.0))  # blocked in recv when the agent dies
+        with pytest.raises(AgentError):
+            _bounded(client.stats)
+    finally:
+        _bounded(client.close)
+    assert proc.returncode == -signal.SIGKILL
