@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 def enable(config=None, graph=None):
     """Switch in-network prediction on for this trainer (after ``dgl.distributed.initialize``).
 
-    ``config``: an :class:`~dgl_sni.sni.config.SNIConfig`, a dict of its fields, or None
+    ``config``: an :class:`~dgl_sni.config.SNIConfig`, a dict of its fields, or None
     (``DGL_SNI_CONFIG``/defaults). See :mod:`dgl_sni.sni.kvstore`.
     """
     from .sni.kvstore import enable as _enable

@@ -240,7 +240,3 @@ def init_model(seed: int, *args, **kwargs) -> FullGraphGNN:
     """Build a model whose initial weights depend on ``seed`` only (not on rank or world size)."""
     with seeded(seed):
         return FullGraphGNN(*args, **kwargs)
-
-
-def count_parameters(model: nn.Module) -> int:
-    return sum(p.numel() for p in model.parameters())

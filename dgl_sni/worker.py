@@ -28,85 +28,20 @@ import dgl_sni  # noqa: F401
 import dgl
 from patches import kvstore_lazy_init
 
-from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
+from storage_tier.block import MODELS_WITH_SELF_LOOPS
+
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo.exchange import KVHaloExchange
 from .halo.tensors import LayerTensors
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
-from .partition import NODE_FIELDS, read_meta
+from .partition import read_meta
+from .progress import EpochGate, Progress, emit
 from .sni.sampling import halo_edge_counts
 from .models import init_model
-from .train import FullGraphTrainer, LocalView
-
-
-class UnusablePartitionError(ValueError):
-    """The partitions cannot be trained on (missing fields, missing halo edges)."""
-
-
-def build_local_view(g, model: str, counters: Counters, orig_nids: np.ndarray | None = None):
-    """This trainer's block, inputs and labels from ``g.local_partition``.
-
-    Returns ``(view, owned_gids, halo_gids)``. Owned nodes come first in global-id
-    order (so they map to the local shards by a slice), halo nodes after them, also in
-    global-id order (so rows of one owner are contiguous). Halo input features and
-    out-degrees are pulled once here and charged to ``counters``. ``orig_nids`` maps
-    DGL's ids to the dataset's (dropout keys); without it DGL's ids are the keys.
-    """
-    missing = [f for f in NODE_FIELDS if f not in g.ndata]
-    if missing:
-        raise UnusablePartitionError(
-            f"the partitions lack node field(s) {', '.join(missing)}; make them with "
-            "'dgl-sni partition' (or add these ndata before dgl.distributed.partition_graph)")
-    lg = g.local_partition
-    nid = lg.ndata[dgl.NID]
-    inner = lg.ndata["inner_node"].bool()
-    inner_lids = torch.nonzero(inner).flatten()
-    halo_lids = torch.nonzero(~inner).flatten()
-    inner_lids = inner_lids[torch.argsort(nid[inner_lids])]
-    halo_lids = halo_lids[torch.argsort(nid[halo_lids])]
-    owned_gids, halo_gids = nid[inner_lids], nid[halo_lids]
-    n_owned, n_halo = owned_gids.numel(), halo_gids.numel()
-
-    pos = torch.empty(lg.num_nodes(), dtype=torch.int64)
-    pos[inner_lids] = torch.arange(n_owned)
-    pos[halo_lids] = n_owned + torch.arange(n_halo)
-    u, v = lg.edges(form="uv", order="eid")
-    keep = inner[v]
-    src, dst = pos[u[keep]].numpy(), pos[v[keep]].numpy()
-
-    policy = g.get_node_partition_policy("_N")
-    local = policy.to_local(owned_gids)
-
-    def owned(name):
-        return g.ndata[name].local_partition[local]
-
-    def halo(name):
-        if n_halo == 0:
-            return owned(name)[:0]
-        with counters.timing("comm_s"):
-            rows = g.ndata[name][halo_gids]
-        counters.bytes_recv += rows.numel() * rows.element_size()
-        counters.add("pulled_rows", n_halo)
-        return rows
-
-    in_deg = owned("in_deg").numpy()
-    local_in = np.bincount(dst, minlength=n_owned)
-    if not np.array_equal(local_in, in_deg.astype(np.int64)):
-        raise UnusablePartitionError(
-            "the local partition does not hold every in-edge of its nodes; partition with one "
-            "halo hop (num_hops=1), as 'dgl-sni partition' does")
-    out_deg = torch.cat((owned("out_deg"), halo("out_deg"))).numpy()
-    src_gids = torch.cat((owned_gids, halo_gids)).numpy()
-    keys = orig_nids[src_gids] if orig_nids is not None else src_gids
-    block = build_block(src, dst, n_owned + n_halo, n_owned, out_deg, in_deg,
-                        self_loops=model in MODELS_WITH_SELF_LOOPS, src_keys=keys)
-    x_src = torch.cat((owned("features"), halo("features")))
-    view = LocalView(block=block, x_src=x_src, labels=owned("labels").long(),
-                     train_mask=owned("train_mask").bool(), val_mask=owned("val_mask").bool(),
-                     test_mask=owned("test_mask").bool())
-    return view, owned_gids, halo_gids
+from .train import FullGraphTrainer
+from .train.view import build_local_view
 
 
 def _parse(argv):
@@ -149,7 +84,7 @@ class WorkerSession:
             graph_name = json.load(fh)["graph_name"]
         self.meta = read_meta(ns.part_config)
         if self.rank == 0 and ns.progress:
-            _emit(ns.progress, dict(event="starting"))
+            emit(ns.progress, dict(event="starting"))
         self.g = dgl.distributed.DistGraph(graph_name, part_config=ns.part_config)
         orig_path = os.path.join(os.path.dirname(os.path.abspath(ns.part_config)), "orig_nids.npy")
         self.orig_nids = np.load(orig_path, mmap_mode="r") if os.path.exists(orig_path) else None
@@ -274,7 +209,7 @@ def run_trainer(ns) -> None:
     runs = load_sweep(base.output.sweep, base) if base.output.sweep else [base]
     session = WorkerSession(ns)
     total = sum(r.model.epochs for r in runs)
-    progress = _Progress(total, base.output.quiet, ns.progress) if session.rank == 0 else None
+    progress = Progress(total, base.output.quiet, ns.progress) if session.rank == 0 else None
     summaries = []
     for index, cfg in enumerate(runs):
         if progress:
@@ -283,64 +218,6 @@ def run_trainer(ns) -> None:
     if progress:
         progress.close(summaries[0] if len(summaries) == 1 else dict(runs=len(summaries)))
     session.collective.barrier()
-
-
-class EpochGate:
-    """Lets an outside driver step training one epoch at a time (benchmarks).
-
-    ``DIR/go`` and ``DIR/done`` are FIFOs made by the driver. Before each epoch rank 0
-    reads one byte from ``go`` (``q`` stops training) and tells the other ranks; after
-    the training step it writes one byte to ``done``.
-    """
-
-    def __init__(self, directory: str, collective):
-        self.collective = collective
-        self._go = open(os.path.join(directory, "go"), "rb", buffering=0) if collective.rank == 0 else None
-        self._done = open(os.path.join(directory, "done"), "wb", buffering=0) if collective.rank == 0 else None
-
-    def wait(self) -> bool:
-        flag = torch.zeros(1)
-        if self._go is not None:
-            byte = self._go.read(1)
-            flag[0] = 0.0 if byte in (b"", b"q") else 1.0
-        self.collective.broadcast(flag)
-        return bool(flag.item())
-
-    def done(self) -> None:
-        if self._done is not None:
-            self._done.write(b".")
-
-
-def _emit(path: str, obj: dict) -> None:
-    with open(path, "a") as fh:
-        fh.write(json.dumps(obj) + "\n")
-
-
-class _Progress:
-    """Rank 0's per-epoch output: JSON lines for the launcher, or a tqdm line of its own."""
-
-    def __init__(self, total_epochs: int, quiet: bool, path):
-        self.path, self.bar = path, None
-        if path is None and not quiet:
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_epochs, desc="train", unit="epoch", file=sys.stderr)
-
-    def begin_run(self, index: int, count: int) -> None:
-        if self.path and count > 1:
-            _emit(self.path, dict(event="run", index=index, count=count))
-
-    def update(self, rec: dict) -> None:
-        if self.path:
-            _emit(self.path, dict(event="epoch", **{k: v for k, v in rec.items() if k != "workers"}))
-        if self.bar is not None:
-            self.bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}")
-            self.bar.update(1)
-
-    def close(self, summary: dict) -> None:
-        if self.path:
-            _emit(self.path, dict(event="done", summary=summary))
-        if self.bar is not None:
-            self.bar.close()
 
 
 def main(argv=None) -> int:

@@ -1,8 +1,9 @@
 """In-network embedding prediction: stale epochs served by the agent's history cache and predictor.
 
-``config`` (what to do), ``schedule`` (when to sync), ``sampling`` (which halo rows get
-predictions), ``table`` (one exchanged tensor's tracked halo rows on one trainer),
+``schedule`` (when to sync), ``sampling`` (which halo rows get predictions), ``table`` (one
+exchanged tensor's tracked halo rows on one trainer, the trainer's half of an agent table),
 ``transfer`` (cached rows moved by the drift of the worker's own rows, gated per row),
-``kvstore`` (the drop-in DistTensor / KVClient switch for existing DistDGL scripts).
+``kvstore`` (the drop-in DistTensor / KVClient switch for existing DistDGL scripts). The
+settings are :class:`dgl_sni.config.SNIConfig`; which rows are served is decided by
+:class:`dgl_sni.halo.resolver.HaloResolver`.
 """
-from .config import PREDICTORS, SNIConfig  # noqa: F401

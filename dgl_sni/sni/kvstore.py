@@ -37,7 +37,7 @@ from patches import dist_tensor_class, distgraph_init_hook, initialize_hook, kvc
 
 from ..halo.resolver import HaloResolver
 from ..metrics import Counters
-from .config import SNIConfig
+from ..config import SNIConfig
 
 _ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
 _STATE = {"client": None, "graph": None}

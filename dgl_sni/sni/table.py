@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import Counters
-from .config import SNIConfig
+from ..config import SNIConfig
 from .sampling import importance_mask
 
 

@@ -12,6 +12,8 @@ import dgl_sni  # noqa: F401
 from storage_tier.io import (ALIGN, HEADER, BufferPool, IOEngine, StorageError, buffer_nbytes,
                              kvikio_available, padded)
 
+from conftest import ROOT
+
 
 @pytest.fixture
 def io(tmp_path):
@@ -46,7 +48,7 @@ def disk_io(tmp_path):
     """An engine on a disk filesystem: tmp_path, or a folder in the checkout when /tmp is tmpfs."""
     path = str(tmp_path)
     if _fs_type(os.path.realpath(path)) in ("tmpfs", None):
-        root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "build")
+        root = os.path.join(ROOT, "build")
         os.makedirs(root, exist_ok=True)
         path = tempfile.mkdtemp(prefix="test-io-", dir=root)
         if _fs_type(os.path.realpath(path)) in ("tmpfs", None):

@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from dgl_sni.sni.config import SNIConfig
+from dgl_sni.config import SNIConfig
 from dgl_sni.sni.sampling import halo_edge_counts, importance_mask
 from dgl_sni.sni.schedule import SyncSchedule
 from dgl_sni.sni.transfer import DriftTransfer

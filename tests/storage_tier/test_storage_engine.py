@@ -19,7 +19,7 @@ from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
 from storage_tier.io import StorageError
 from storage_tier.subparts import SubpartitionPlan, rowspace_from_view
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import ROOT  # noqa: E402
 TOL = 1e-5
 TINY = 3 * 4096  # host-cache budget: a few pages, so most reads hit storage
 
