@@ -65,7 +65,7 @@ class _ProgressTail:
     """Follows rank 0's progress file and draws one tqdm line per run."""
 
     def __init__(self, path: str, epochs: int, quiet: bool):
-        self.path, self.offset, self.summary = path, 0, None
+        self.path, self.offset, self.summary, self.run = path, 0, None, ""
         self.bar = None
         if not quiet:
             from tqdm import tqdm
@@ -86,7 +86,7 @@ class _ProgressTail:
             elif event["event"] == "run" and self.bar is not None:
                 self.run = f"run {event['index'] + 1}/{event['count']} "
             elif event["event"] == "epoch" and self.bar is not None:
-                self.bar.set_description(getattr(self, "run", "") + event["mode"])
+                self.bar.set_description(self.run + event["mode"])
                 post = dict(loss=f"{event['loss']:.4f}")
                 if "val_acc" in event:
                     post["val"] = f"{event['val_acc']:.3f}"

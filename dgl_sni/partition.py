@@ -124,9 +124,8 @@ def metis_assignment(data: GraphData, num_parts: int, seed: int = 0) -> np.ndarr
     adj.eliminate_zeros()
     adj.sort_indices()
     in_deg, _ = data.degrees()
-    _, parts = pymetis.part_graph(num_parts, xadj=adj.indptr.astype(np.int64),
-                                  adjncy=adj.indices.astype(np.int64),
-                                  vweights=np.asarray(in_deg, dtype=np.int64),
+    csr = pymetis.CSRAdjacency(adj.indptr.astype(np.int64), adj.indices.astype(np.int64))
+    _, parts = pymetis.part_graph(num_parts, adjacency=csr, vweights=np.asarray(in_deg, dtype=np.int64),
                                   options=pymetis.Options(seed=int(seed)))
     return np.asarray(parts, dtype=np.int64)
 

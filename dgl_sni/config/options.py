@@ -39,3 +39,15 @@ def option(default=MISSING, help: str = "", *, default_factory=MISSING, choices=
 def option_of(f: Field) -> Option:
     """The :class:`Option` a field was declared with."""
     return f.metadata["option"]
+
+
+def read_json(path: str, what: str):
+    """The JSON value in ``path``; a ``ValueError`` names ``what`` the file is for and the problem."""
+    import json
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"{what} file not found: {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{what} file {path} is not valid JSON: {err}") from None

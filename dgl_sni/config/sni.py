@@ -1,14 +1,13 @@
 """The prediction part: how stale epochs are served (CLI flags, ``DGL_SNI_CONFIG`` or ``dgl_sni.enable``)."""
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, fields
 from typing import ClassVar
 
 from dpu_agent.predictors import PREDICTOR_NAMES
 
-from .options import option
+from .options import option, read_json
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip")
@@ -104,13 +103,7 @@ class SNIConfig:
 
     @classmethod
     def from_file(cls, path: str) -> "SNIConfig":
-        try:
-            with open(path) as fh:
-                values = json.load(fh)
-        except FileNotFoundError:
-            raise ValueError(f"DGL_SNI_CONFIG file not found: {path}") from None
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON: {err}") from None
+        values = read_json(path, "DGL_SNI_CONFIG")
         if not isinstance(values, dict):
             raise ValueError(f"{path} must hold a JSON object of SNI settings")
         return cls.from_dict(values)

@@ -1,10 +1,10 @@
 """Sweep files: runs that change model, optimiser and prediction settings on one cluster."""
 from __future__ import annotations
 
-import json
 import os
 
 from .flags import cli_fields
+from .options import read_json
 from .train import TrainConfig
 
 # settings a sweep run may change (declared with sweep=True); the rest (data, partitioning,
@@ -18,13 +18,7 @@ def load_sweep(path: str, base: TrainConfig) -> list:
 
     Run ``i`` writes its metrics to ``<base metrics>/run<i>.json`` (when ``--metrics`` is set).
     """
-    try:
-        with open(path) as fh:
-            entries = json.load(fh)
-    except FileNotFoundError:
-        raise ValueError(f"--sweep file not found: {path}") from None
-    except json.JSONDecodeError as err:
-        raise ValueError(f"--sweep file {path} is not valid JSON: {err}") from None
+    entries = read_json(path, "--sweep")
     if not isinstance(entries, list) or not entries or not all(isinstance(e, dict) for e in entries):
         raise ValueError(f"--sweep file {path} must hold a non-empty JSON list of objects")
     out = base.output

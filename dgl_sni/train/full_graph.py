@@ -37,6 +37,7 @@ class FullGraphTrainer(TrainerBase):
                                           weight_decay=cfg.weight_decay)
         self.params = [p for p in self.model.parameters()]
         self.step = 0  # optimisation steps taken; keys dropout masks
+        self.epoch_step = 0  # the step of the last training pass (its evaluation follows it)
         counts = torch.tensor([float(view.train_mask.sum()), float(view.val_mask.sum()),
                                float(view.test_mask.sum())], dtype=torch.float64)
         self.global_counts = self.collective.all_reduce(counts).clone()
@@ -76,7 +77,7 @@ class FullGraphTrainer(TrainerBase):
     def evaluate(self) -> dict:
         """Full-graph accuracy on the train/val/test splits (dropout off)."""
         self.model.eval()
-        self._begin(getattr(self, "epoch_step", self.step), training=False)
+        self._begin(self.epoch_step, training=False)
         logits = self.model(self.view.block, self.view.x_src, self.exchange)
         pred = logits.argmax(1)
         hit = pred == self.view.labels
