@@ -6,9 +6,16 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-slow bench clean
+# Debian packages the agent's tests use: the aarch64 cross compiler and qemu-user (the static
+# aarch64 sni-agent under emulation), clang + libFuzzer runtime (the protocol fuzz target).
+AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev
+AGENT_SOURCES := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*)
+AGENT_AARCH64 := dpu_agent/bin/sni-agent-aarch64
+AGENT_CXXFLAGS := -O3 -std=c++17 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -Wno-unused-parameter
 
-$(STAMP): requirements.txt setup.py pyproject.toml $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx dpu_agent/csrc/* storage_tier/*.pyx storage_tier/csrc/*)
+.PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps
+
+$(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx dpu_agent/csrc/* dpu_agent/csrc/agent/* storage_tier/*.pyx storage_tier/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
@@ -20,8 +27,29 @@ demo: $(STAMP)
 	$(VENV)/bin/dgl-sni train --dataset synthetic --workers 2 --model gcn --layers 3 --hidden 16 \
 		--epochs 100 --metrics demo-metrics.json
 
-test: $(STAMP)
+test: $(STAMP) agent-test-deps
 	$(PY) -m pytest -q
+
+# the x86 agent (setup.py builds it too): dpu_agent/bin/sni-agent
+agent: $(STAMP)
+	SNI_BUILD_ONLY=sni-agent $(PY) setup.py build_ext --inplace -q
+
+# a static aarch64 agent for BlueField Arm cores (Debian's g++-aarch64-linux-gnu)
+agent-aarch64: $(AGENT_AARCH64)
+$(AGENT_AARCH64): $(AGENT_SOURCES)
+	@command -v aarch64-linux-gnu-g++ >/dev/null || { echo "install Debian's g++-aarch64-linux-gnu (make agent-test-deps as root)"; exit 1; }
+	mkdir -p dpu_agent/bin
+	aarch64-linux-gnu-g++ $(AGENT_CXXFLAGS) -static -o $@ dpu_agent/csrc/agent/main.cpp -ldl
+
+# install the Debian packages above when missing and running as root (else the tests that
+# need them fail saying what to install)
+agent-test-deps:
+	@missing=""; for p in $(AGENT_TEST_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+		else echo "agent tests need the Debian packages:$$missing (not root: the tests will fail saying so)"; fi; \
+	fi
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
@@ -30,4 +58,4 @@ bench: $(STAMP)
 	$(PY) -m pytest -q benchmarks --benchmark-enable --benchmark-only
 
 clean:
-	rm -rf $(VENV) build *.egg-info dgl_sni/*.so dgl_sni/_ops.cpp dpu_agent/*.so storage_tier/*.so
+	rm -rf $(VENV) build *.egg-info dgl_sni/*.so dgl_sni/_ops.cpp dpu_agent/*.so dpu_agent/bin storage_tier/*.so

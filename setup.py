@@ -4,9 +4,12 @@ import os
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+from setuptools.command.build_py import build_py
+from setuptools.command.editable_wheel import editable_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CXX_FLAGS = ["-O3", "-std=c++17", "-fno-math-errno", "-ftree-vectorize", "-Wall", "-Wno-unused-function"]
+CXX_FLAGS = ["-O3", "-std=c++17", "-fno-math-errno", "-ffp-contract=off", "-ftree-vectorize", "-Wall", "-Wno-unused-function"]
 EXTENSIONS = [
     # (module, sources) -- Cython front ends over small dependency-free C++ cores
     ("dgl_sni._ops", ["dgl_sni/_ops.pyx"]),
@@ -31,6 +34,64 @@ def extensions():
     return cythonize(exts, language_level=3, quiet=True) if exts else []
 
 
+# The start-up hook: a .pth file in site-packages registers patches.dgl_import_hook in every
+# Python process, so `import dgl` works (and DGL_SNI=1 switches the plugin on) in scripts that
+# never import dgl_sni. It only registers a finder; nothing runs until dgl is imported.
+STARTUP_PTH = "dgl_sni_startup.pth"
+
+
+class BuildPyWithStartup(build_py):
+    """Normal installs (wheels): the .pth goes to the top of the built tree, i.e. site-packages."""
+
+    def run(self):
+        super().run()
+        if not self.editable_mode:
+            self.copy_file(os.path.join(HERE, STARTUP_PTH), os.path.join(self.build_lib, STARTUP_PTH))
+
+    def get_outputs(self, include_bytecode=1):
+        outputs = super().get_outputs(include_bytecode)
+        return outputs if self.editable_mode else outputs + [os.path.join(self.build_lib, STARTUP_PTH)]
+
+
+class EditableWheelWithStartup(editable_wheel):
+    """Editable installs (pip install -e .): the editable wheel carries the .pth too."""
+
+    def _select_strategy(self, name, tag, build_lib):
+        strategy = super()._select_strategy(name, tag, build_lib)
+
+        class _WithStartup:
+            def __enter__(self):
+                strategy.__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return strategy.__exit__(*exc)
+
+            def __call__(self, wheel, files, mapping):
+                strategy(wheel, files, mapping)
+                with open(os.path.join(HERE, STARTUP_PTH)) as fh:
+                    wheel.writestr(STARTUP_PTH, fh.read())
+
+        return _WithStartup()
+
+
+class BuildWithAgent(build_ext):
+    """Builds the extensions, then the standalone ``sni-agent`` executable (C++17, g++) into
+    ``dpu_agent/bin/`` (in place, or in the build tree for an install)."""
+
+    def run(self):
+        super().run()
+        only = {m for m in os.environ.get("SNI_BUILD_ONLY", "").split(",") if m}
+        if only and "sni-agent" not in only:
+            return
+        import importlib.util
+        spec = importlib.util.spec_from_file_location("sni_binary", os.path.join(HERE, "dpu_agent", "binary.py"))
+        binary = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(binary)
+        root = HERE if self.inplace else self.build_lib
+        binary.build(os.path.join(root, "dpu_agent", "bin", "sni-agent"))
+
+
 with open(os.path.join(HERE, "requirements.txt")) as fh:
     REQUIREMENTS = [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")
                     and not ln.lower().startswith(("pytest", "cython", "setuptools"))]
@@ -44,6 +105,9 @@ setup(
     install_requires=REQUIREMENTS,
     extras_require={"test": ["pytest==9.2.0", "pytest-benchmark==5.3.1"]},
     ext_modules=extensions(),
+    package_data={"dpu_agent": ["bin/sni-agent", "csrc/*.hpp", "csrc/agent/*"]},
     entry_points={"console_scripts": ["dgl-sni=dgl_sni.cli:main", "sni-agent=dpu_agent.agent:main"]},
+    cmdclass={"build_py": BuildPyWithStartup, "editable_wheel": EditableWheelWithStartup,
+              "build_ext": BuildWithAgent},
     zip_safe=False,
 )

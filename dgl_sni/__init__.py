@@ -1,7 +1,11 @@
 """dgl-sni: exact and communication-efficient full-graph training for DistDGL.
 
-Importing ``dgl_sni`` applies the DGL compatibility shims in ``patches`` first, so it
-must come before ``import dgl`` in user scripts.
+Importing ``dgl_sni`` applies the DGL compatibility shims in ``patches``. Scripts need not
+import it: installing the package puts a start-up hook in site-packages
+(``dgl_sni_startup.pth``, :mod:`patches.dgl_import_hook`) that applies the shims when a
+process first imports ``dgl`` and then imports ``dgl_sni``, whose ``DGL_SNI=1`` /
+``DGL_SNI_CONFIG`` switch (:mod:`dgl_sni.sni.kvstore`) is then on with no line of the
+script changed. Without those variables nothing of DGL's is changed beyond the shims.
 """
 import patches as _patches
 

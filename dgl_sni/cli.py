@@ -163,12 +163,36 @@ def cmd_train(ns) -> int:
 
 # ----------------------------------------------------------------------------- launch
 
+# DGL launch tool options that cannot apply to machines emulated on this host, and why
+_DGL_LAUNCH_UNSUPPORTED = {
+    "workspace": "processes start in the folder dgl-sni launch is run from (its working directory); "
+                 "cd there first",
+    "ip_config": "the emulated cluster writes its own ip_config; pass {ip_config} to the script",
+    "ssh_port": "the emulated machines are namespaces on this host, not reached over ssh",
+    "ssh_username": "the emulated machines are namespaces on this host, not reached over ssh",
+    "extra_envs": "the environment of dgl-sni launch is passed on as it is: set the variables before it",
+    "keep_alive": "the emulated servers stop with the run",
+}
+
+
 def cmd_launch(ns) -> int:
     command = list(ns.command)
     if command and command[0] == "--":
         command = command[1:]
+    for name, why in _DGL_LAUNCH_UNSUPPORTED.items():
+        if getattr(ns, f"dgl_{name}") is not None:
+            return _fail(f"--{name} of DGL's launch tool is not supported by dgl-sni launch: {why}")
     if not command:
         return _fail("launch needs a command after '--', e.g. -- python3 train.py")
+    if ns.cache_budget is not None:
+        from .config.sni import cache_budget
+        try:
+            cache_budget(ns.cache_budget, 0)
+        except ValueError as err:
+            return _fail(f"--cache-budget: {err}")
+        os.environ["DGL_SNI_CACHE_BUDGET"] = ns.cache_budget  # read by the switch in every trainer
+        if not os.environ.get("DGL_SNI_CONFIG"):
+            os.environ.setdefault("DGL_SNI", "1")  # a budget means the switch is on
     if not os.path.exists(ns.part_config):
         return _fail(f"--part-config {ns.part_config} does not exist")
     mode = _cluster_mode(ns.cluster, ns.workers)
@@ -181,7 +205,8 @@ def cmd_launch(ns) -> int:
     part_config = os.path.abspath(ns.part_config)
     try:
         with LocalCluster(ns.workers, run_dir, mode=mode, bandwidth=ns.bandwidth, port=ns.port,
-                          master_port=ns.master_port, omp_threads=ns.threads) as cluster:
+                          master_port=ns.master_port, omp_threads=ns.threads, trainers=ns.num_trainers,
+                          samplers=ns.num_samplers, servers=ns.num_servers, cwd=os.getcwd()) as cluster:
             subst = dict(ip_config=cluster.ip_config, part_config=part_config)
             command = [arg.format(**subst) if "{" in arg else arg for arg in command]
             cluster.start_servers(command, part_config)
@@ -222,6 +247,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--part-config", required=True, help="the partitions' JSON file (as DGL writes it)")
     add_part_arguments(p.add_argument_group(ClusterConfig.TITLE), ClusterConfig(),
                        exclude=("partition",), required=("workers",))
+    dgl = p.add_argument_group("as DGL's launch tool (per emulated machine)")
+    dgl.add_argument("--num_trainers", "--num-trainers", type=int, default=1,
+                     help="trainer processes per machine (torch.distributed ranks)")
+    dgl.add_argument("--num_samplers", "--num-samplers", type=int, default=0,
+                     help="sampler processes per trainer")
+    dgl.add_argument("--num_servers", "--num-servers", type=int, default=1,
+                     help="DGL servers per machine (the first one main, the others backups)")
+    for name in _DGL_LAUNCH_UNSUPPORTED:
+        dgl.add_argument(f"--{name}", dest=f"dgl_{name}", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--cache-budget", default=None,
+                   help="memory per trainer for the exact cache of remote static node data "
+                        "(feature_cache_bytes), e.g. 512M or 20%% of the remote rows; 0: off. Turns "
+                        "DGL_SNI on unless DGL_SNI or DGL_SNI_CONFIG is set")
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- python3 SCRIPT.py ARGS ({ip_config} and {part_config} are filled in)")
     p.set_defaults(func=cmd_launch)

@@ -49,6 +49,17 @@ def validate_rate(rate: str) -> str:
     return rate.strip().lower()
 
 
+def rate_bits(rate: str) -> float:
+    """A ``tc`` rate in bits per second (``1gbit``, ``100mbit``; ``bps`` units are bytes, as in tc)."""
+    rate = validate_rate(rate)
+    per_byte = rate.endswith("bps")
+    number = rate[: -3]
+    scale = {"k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+    unit = number[-1] if number[-1] in scale else ""
+    value = float(number[: len(number) - len(unit)]) * scale.get(unit, 1.0)
+    return value * 8 if per_byte else value
+
+
 def check_port_free(ip: str, port: int, what: str) -> None:
     """Raise :class:`ClusterError` if ``ip:port`` cannot be bound (something listens there)."""
     if not 1 <= port <= 65535:
@@ -135,9 +146,15 @@ class LocalCluster:
 
     def __init__(self, num_machines: int, run_dir: str, mode: str = "netns",
                  bandwidth: str | None = None, port: int = 30050, master_port: int = 29500,
-                 omp_threads: int | None = None):
+                 omp_threads: int | None = None, trainers: int = 1, samplers: int = 0, servers: int = 1,
+                 cwd: str | None = None):
         if num_machines < 1:
             raise ValueError(f"--workers must be at least 1, got {num_machines}")
+        for value, flag in ((trainers, "--num_trainers"), (servers, "--num_servers")):
+            if value < 1:
+                raise ValueError(f"{flag} must be at least 1, got {value}")
+        if samplers < 0:
+            raise ValueError(f"--num_samplers must be >= 0, got {samplers}")
         if mode not in ("netns", "loopback"):
             raise ValueError(f"unknown cluster mode '{mode}'")
         if mode == "loopback" and num_machines > 1:
@@ -151,11 +168,15 @@ class LocalCluster:
             raise ClusterError(f"--port and --master-port are both {port}: the DGL server and the "
                                "torch.distributed store would collide on machine 0")
         self.num_machines, self.mode = num_machines, mode
+        # per machine, as DGL's launch tool: trainers (torch ranks), sampler processes per
+        # trainer, servers (the first is the main server, the others its backups)
+        self.trainers, self.samplers, self.servers = trainers, samplers, servers
+        self.cwd = os.path.abspath(cwd or os.getcwd())  # every process starts here (the caller's folder)
         self.bandwidth = validate_rate(bandwidth) if bandwidth else None
         self.port, self.master_port = port, master_port
         self.run_dir = os.path.abspath(run_dir)
         self.run_id = os.getpid()
-        self.omp_threads = omp_threads or max(1, (os.cpu_count() or 1) // num_machines)
+        self.omp_threads = omp_threads or max(1, (os.cpu_count() or 1) // (num_machines * trainers))
         self.machines = [Machine(k, f"{SUBNET}.{k + 1}" if mode == "netns" else "127.0.0.1")
                          for k in range(num_machines)]
         self.ip_config = os.path.join(self.run_dir, "ip_config.txt")
@@ -232,7 +253,9 @@ class LocalCluster:
         tmp = os.path.join(self.run_dir, f"tmp{m.rank}")
         os.makedirs(tmp, exist_ok=True)
         env.update(
-            DGL_NUM_SAMPLER="0", DGL_NUM_CLIENT=str(self.num_machines), DGL_NUM_SERVER="1",
+            DGL_NUM_SAMPLER=str(self.samplers),
+            DGL_NUM_CLIENT=str(self.num_machines * self.trainers * (1 + self.samplers)),
+            DGL_NUM_SERVER=str(self.servers),
             DGL_CONF_PATH=os.path.abspath(part_config), DGL_IP_CONFIG=self.ip_config,
             DGL_GRAPH_FORMAT="csc", DGL_KEEP_ALIVE="0", TMPDIR=tmp, PYTHONUNBUFFERED="1",
             SNI_MACHINE_IP=m.ip)
@@ -242,8 +265,8 @@ class LocalCluster:
 
     def _spawn(self, m: Machine, name: str, cmd: list, env: dict, log: str | None,
                critical: bool = True) -> Proc:
-        if self.mode == "netns":
-            cmd = ["nsenter", "-t", str(m.holder.pid), "-m", "-n", "--"] + cmd
+        if self.mode == "netns":  # entering the mount namespace resets the working directory: set it again
+            cmd = ["nsenter", "-t", str(m.holder.pid), "-m", "-n", f"--wd={self.cwd}", "--"] + cmd
         if log is None:
             out = None
             log_path = ""
@@ -251,7 +274,7 @@ class LocalCluster:
             log_path = os.path.join(self.run_dir, log)
             out = open(log_path, "w")
         popen = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
-                                 start_new_session=True)
+                                 start_new_session=True, cwd=self.cwd)
         if out is not None:
             out.close()
         proc = Proc(name, popen, log_path, critical)
@@ -269,26 +292,29 @@ class LocalCluster:
         os.replace(tmp, os.path.join(self.run_dir, "pids.json"))
 
     def start_servers(self, cmd: list, part_config: str) -> None:
-        """One DGL server per machine running ``cmd`` (which calls ``dgl.distributed.initialize``)."""
+        """``servers`` DGL servers per machine running ``cmd`` (which calls ``dgl.distributed.initialize``);
+        server ids count machine by machine, as DGL's launch tool numbers them."""
         for m in self.machines:
-            env = self._base_env(m, part_config)
-            env.update(DGL_ROLE="server", DGL_SERVER_ID=str(m.rank), OMP_NUM_THREADS="1")
-            self._spawn(m, f"server {m.rank}", cmd, env, f"server{m.rank}.log")
+            for s in range(self.servers):
+                sid = m.rank * self.servers + s
+                env = self._base_env(m, part_config)
+                env.update(DGL_ROLE="server", DGL_SERVER_ID=str(sid), OMP_NUM_THREADS="1")
+                self._spawn(m, f"server {sid}", cmd, env, f"server{sid}.log")
 
     def start_trainers(self, cmd: list, part_config: str, log: bool = True) -> None:
-        """One trainer per machine with DGL's client variables and torch.distributed's env://."""
+        """``trainers`` trainers per machine with DGL's client variables and torch.distributed's env://
+        (ranks count machine by machine, as ``torch.distributed.run`` numbers them)."""
         for m in self.machines:
-            env = self._base_env(m, part_config)
-            env.update(
-                DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_GROUP_ID="0",
-                OMP_NUM_THREADS=str(self.omp_threads), RANK=str(m.rank), LOCAL_RANK="0",
-                WORLD_SIZE=str(self.num_machines), LOCAL_WORLD_SIZE="1",
-                MASTER_ADDR=self.machines[0].ip, MASTER_PORT=str(self.master_port))
-            if self.mode == "netns":
-                env["GLOO_SOCKET_IFNAME"] = "eth0"
-            else:
-                env["GLOO_SOCKET_IFNAME"] = "lo"
-            self._spawn(m, f"trainer {m.rank}", cmd, env, f"trainer{m.rank}.log" if log else None)
+            for t in range(self.trainers):
+                rank = m.rank * self.trainers + t
+                env = self._base_env(m, part_config)
+                env.update(
+                    DGL_DIST_MODE="distributed", DGL_ROLE="client", DGL_GROUP_ID="0",
+                    OMP_NUM_THREADS=str(self.omp_threads), RANK=str(rank), LOCAL_RANK=str(t),
+                    WORLD_SIZE=str(self.num_machines * self.trainers), LOCAL_WORLD_SIZE=str(self.trainers),
+                    GROUP_RANK=str(m.rank), MASTER_ADDR=self.machines[0].ip, MASTER_PORT=str(self.master_port))
+                env["GLOO_SOCKET_IFNAME"] = "eth0" if self.mode == "netns" else "lo"
+                self._spawn(m, f"trainer {rank}", cmd, env, f"trainer{rank}.log" if log else None)
 
     def processes(self) -> list:
         return [p for m in self.machines for p in m.procs]

@@ -97,11 +97,11 @@ class WorkerSession:
             self._views[key] = build_local_view(self.g, model, self.counters, self.orig_nids)
         return self._views[key]
 
-    def tensors(self, dims: list, tier_root: str | None = None) -> LayerTensors:
-        key = (tuple(dims), tier_root)
+    def tensors(self, dims: list, tier_root: str | None = None, quantize: int = 0) -> LayerTensors:
+        key = (tuple(dims), tier_root, quantize)
         if key not in self._tensors:
             self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}",
-                                              tier_root=tier_root)
+                                              tier_root=tier_root, quantize=quantize)
         return self._tensors[key]
 
     def num_classes(self, view) -> int:
@@ -119,7 +119,7 @@ class WorkerSession:
         dims = init_model(m.seed, m.model, view.x_src.shape[1], m.hidden, num_classes, m.layers,
                           heads=m.heads).hidden_dims()
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
-        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None)
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize)
         sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
@@ -127,7 +127,7 @@ class WorkerSession:
             sni = cfg.sni
             agent = sni.start_agent()
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                  sni, agent, edge_counts)
+                                  sni, agent, edge_counts, seed=m.seed)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -136,6 +136,7 @@ class WorkerSession:
         else:
             trainer = FullGraphTrainer(cfg.model, view, view.x_src.shape[1], num_classes,
                                        collective=collective, counters=counters, exchange=exchange)
+        exchange.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)

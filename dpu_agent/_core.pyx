@@ -553,3 +553,103 @@ cdef class GatedPredictor:
     def __repr__(self):
         p = ", ".join(f"{k}={v}" for k, v in self.params.items())
         return f"GatedPredictor(num_nodes={self.num_nodes}, dim={self.dim}, window={self.window}, {p})"
+
+
+# ----------------------------------------------------------------------------- tables
+cdef extern from "csrc/tables.hpp" namespace "sni::table":
+    cdef struct TableParams:
+        int64_t window
+        double beta, lam
+
+    cdef cppclass CTable "sni::table::HistoryTable" nogil:
+        CTable(int64_t, int64_t, const uint8_t*, uint32_t, const TableParams&) except +ValueError
+        void observe(double, const float*, int64_t, const int64_t*) except +ValueError
+        void serve(double, bint, float*, float*) except +ValueError
+        void drift(double, float*) except +ValueError
+        int64_t num_rows()
+        int64_t dim()
+        int64_t predicted_slots()
+        double predictor_s()
+        const float* cache()
+
+KIND_CODES = {"cache": 0, "linear-trend": 1, "gated": 2, "holt": 3}
+
+
+cdef class TableCore:
+    """The C++ history table (``csrc/tables.hpp``) that the inline agent and the ``sni-agent``
+    binary share: ``TableCore(num_rows, dim, sampled, kind, window=4, beta=0.2, lam=0.2)``.
+    Wrapped by :class:`dpu_agent.tables.HistoryTable`; calls release the GIL."""
+    cdef CTable* c
+    cdef readonly int64_t num_rows, dim
+
+    def __cinit__(self, int64_t num_rows, int64_t dim, sampled, str kind, int64_t window=4,
+                  double beta=0.2, double lam=0.2):
+        if kind not in KIND_CODES:
+            raise ValueError(f"unknown predictor '{kind}': choose one of {', '.join(KIND_CODES)}")
+        mask = np.ascontiguousarray(np.asarray(sampled, dtype=bool)).view(np.uint8)
+        if mask.shape != (num_rows,):
+            raise ValueError(f"sampled mask must have shape ({num_rows},), got {mask.shape}")
+        cdef TableParams p
+        p.window, p.beta, p.lam = window, beta, lam
+        cdef const uint8_t* mp = <const uint8_t*>cnp.PyArray_DATA(mask)
+        self.c = new CTable(num_rows, dim, mp, KIND_CODES[kind], p)
+        self.num_rows, self.dim = num_rows, dim
+
+    def __dealloc__(self):
+        del self.c
+
+    @property
+    def predictor_s(self):
+        return self.c.predictor_s()
+
+    @property
+    def predicted_slots(self):
+        return self.c.predicted_slots()
+
+    @property
+    def cache(self):
+        """A copy of the history cache, float32 ``[num_rows, dim]``."""
+        out = np.empty((self.num_rows, self.dim), dtype=np.float32)
+        if out.size:
+            memcpy_rows(out, self.c.cache())
+        return out
+
+    def observe(self, double step, rows, row_ids=None):
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        cdef int64_t count = rows.shape[0] if rows.ndim == 2 else -1
+        if rows.ndim != 2 or rows.shape[1] != self.dim:
+            n = self.num_rows if row_ids is None else np.asarray(row_ids).size
+            raise ValueError(f"observe needs rows of shape ({n}, {self.dim}), got {rows.shape}")
+        cdef const int64_t* ip = NULL
+        if row_ids is not None:
+            ids = np.ascontiguousarray(row_ids, dtype=np.int64)
+            if ids.ndim != 1 or ids.shape[0] != count:
+                raise ValueError(f"observe needs rows of shape ({ids.size}, {self.dim}), got {rows.shape}")
+            ip = _iptr(ids)
+        cdef const float* rp = _fptr(rows)
+        with nogil:
+            self.c.observe(step, rp, count, ip)
+
+    def serve(self, double step, bint preview=False):
+        out = np.empty((self.num_rows, self.dim), dtype=np.float32)
+        w = np.empty(self.num_rows, dtype=np.float32)
+        cdef float* op = _fptr(out)
+        cdef float* wp = _fptr(w)
+        with nogil:
+            self.c.serve(step, preview, op, wp)
+        return out, w
+
+    def drift(self, double step):
+        out = np.empty(self.num_rows, dtype=np.float32)
+        cdef float* op = _fptr(out)
+        with nogil:
+            self.c.drift(step, op)
+        return out
+
+
+cdef extern from "<cstring>":
+    void* memcpy(void*, const void*, size_t)
+
+
+cdef memcpy_rows(cnp.ndarray out, const float* src):
+    memcpy(cnp.PyArray_DATA(out), src, out.nbytes)

@@ -8,21 +8,25 @@ Operations on one agent execute in the order they were issued.
 * :class:`InlineAgentClient` -- the agent as a thread of the trainer (the compiled
   predictor releases the GIL); no copies through shared memory.
 * :class:`RemoteAgentClient` -- the agent as another process, over a transport's
-  host endpoint: shared memory on this host (:func:`spawn_agent`), or DOCA on a DPU.
+  host endpoint: the ``sni-agent`` binary on this host over a Unix socket and shared memory
+  (:func:`spawn_agent`), or an agent on a DPU over DOCA.
 """
 from __future__ import annotations
 
 import os
-import socket
+import secrets
+import shlex
+import shutil
 import subprocess
-import sys
+import tempfile
+import time
 from abc import ABC, abstractmethod
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from multiprocessing.connection import Connection
 
 import numpy as np
 
+from .binary import agent_command
 from .shm import ShmHostEndpoint
 from .tables import Agent
 from .transport import AgentError, HostEndpoint
@@ -60,6 +64,22 @@ class AgentClient(ABC):
     def close(self) -> None:
         """Finish outstanding operations and stop the agent."""
 
+    # health (a plain client is alive until it fails; see dpu_agent.supervisor.SupervisedAgent)
+    generation = 0  # agents this client has had (a new one needs its tables re-created)
+
+    @property
+    def alive(self) -> bool:
+        """False while the agent is known to be gone."""
+        return True
+
+    def revive(self) -> bool:
+        """Start or reconnect a lost agent; True when a new generation is up."""
+        return False
+
+    def abort(self) -> None:
+        """Stop at once without waiting for outstanding work (the agent is lost)."""
+        self.close()
+
 
 class InlineAgentClient(AgentClient):
     """Agent running on a background thread of the trainer process: owns the
@@ -82,8 +102,7 @@ class InlineAgentClient(AgentClient):
     def request(self, table, step, preview=False):
         key = (table, step, preview)
         if key not in self._requests:
-            self._requests[key] = self._pool.submit(
-                lambda: tuple(a.copy() for a in self.agent.table(table).serve(step, preview)))
+            self._requests[key] = self._pool.submit(lambda: self.agent.table(table).serve(step, preview))
 
     def result(self, table, step, preview=False):
         self.request(table, step, preview)
@@ -93,7 +112,7 @@ class InlineAgentClient(AgentClient):
             raise AgentError(str(err)) from err
 
     def drift(self, table, step):
-        return self._pool.submit(lambda: self.agent.table(table).drift(step).copy()).result()
+        return self._pool.submit(lambda: self.agent.table(table).drift(step)).result()
 
     def stats(self):
         return self._pool.submit(self.agent.stats).result()
@@ -107,8 +126,10 @@ class RemoteAgentClient(AgentClient):
     endpoint, the agent process (when it started one) and the replies the agent owes.
     Made by :func:`spawn_agent` and :func:`connect_doca`."""
 
-    def __init__(self, endpoint: HostEndpoint, process: subprocess.Popen | None = None):
-        self.endpoint, self.process = endpoint, process
+    def __init__(self, endpoint: HostEndpoint, process: subprocess.Popen | None = None,
+                 workdir: str | None = None, timeout: float | None = None):
+        self.endpoint, self.process, self.workdir = endpoint, process, workdir
+        self.timeout = timeout  # seconds a reply may take (None: wait for ever)
         self._expected = deque()  # replies the agent owes, in order
         self._unacked = {}  # table -> observes whose rows the agent has not read yet
         self._results = {}  # (table, step, preview) -> (rows, weight) copied at arrival
@@ -129,8 +150,10 @@ class RemoteAgentClient(AgentClient):
 
     def _drain_one(self):
         try:
-            reply = self.endpoint.recv()
-        except (EOFError, OSError) as err:
+            reply = self.endpoint.recv() if self.timeout is None else self.endpoint.recv(self.timeout)
+        except TimeoutError as err:
+            raise AgentError(f"the agent did not answer within {self.timeout} s") from err
+        except (EOFError, OSError, ValueError) as err:  # ValueError: ProtocolError
             raise AgentError(self._gone(err)) from err
         expect = self._expected.popleft()
         if reply.get("error"):
@@ -154,6 +177,9 @@ class RemoteAgentClient(AgentClient):
     def add_table(self, table, num_rows, dim, sampled, kind, **params):
         regions = self.endpoint.new_table(table, num_rows, dim)
         self._unacked[table] = 0
+        unknown = set(params) - {"window", "beta", "lam"}
+        if unknown:
+            raise ValueError(f"unknown table parameter(s) {sorted(unknown)}: use window, beta, lam")
         self._send(dict(op="add_table", table=table, num_rows=num_rows, dim=dim, regions=regions,
                         sampled=np.asarray(sampled, dtype=bool), kind=kind, params=params),
                    ("add_table", table, None, None))
@@ -203,45 +229,99 @@ class RemoteAgentClient(AgentClient):
             self.endpoint.send(dict(op="close"))
         except (AgentError, OSError):
             pass
-        if self.process is not None:
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
+        try:
+            if self.process is not None:
+                try:
+                    self.process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.process.kill()
+                    self.process.wait()
+        finally:
+            self._release()
+
+
+    def abort(self):
+        """Kill an agent process this client started, drop the connection."""
+        self._closed = True
+        try:
+            if self.process is not None and self.process.poll() is None:
                 self.process.kill()
                 self.process.wait()
+        finally:
+            self._release()
+
+    def _release(self):
+        """Close the endpoint and remove the folder of the agent's socket and token."""
         self.endpoint.close()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-def spawn_agent() -> RemoteAgentClient:
-    """Start ``python -m dpu_agent.agent`` beside this trainer (host emulation)."""
-    parent, child = socket.socketpair()
-    env = dict(os.environ)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--fd", str(child.fileno())],
-                            pass_fds=[child.fileno()], env=env)
-    child.close()
-    conn = Connection(parent.detach())
-    return RemoteAgentClient(ShmHostEndpoint(conn), proc)
+def spawn_agent(command: list | None = None, start_timeout: float = 30.0,
+                timeout: float | None = None) -> RemoteAgentClient:
+    """Start the ``sni-agent`` binary beside this trainer (host emulation) and connect to it.
+
+    The agent listens on a socket in a fresh 0700 directory and accepts only a peer that
+    presents the random token written there (0600). ``command`` runs the agent another way
+    (default :func:`dpu_agent.binary.agent_command`: ``$SNI_AGENT_COMMAND`` or the installed
+    binary; e.g. ``["qemu-aarch64", "sni-agent-aarch64"]``). ``timeout``: see
+    :class:`RemoteAgentClient`.
+    """
+    command = list(command or agent_command())
+    workdir = tempfile.mkdtemp(prefix="sni-agent-")  # mode 0700
+    try:
+        token = secrets.token_bytes(32)
+        token_file = os.path.join(workdir, "token")
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(token.hex())
+        path = os.path.join(workdir, "agent.sock")
+        proc = subprocess.Popen([*command, "--socket", path, "--token-file", token_file, "--once"],
+                                stdin=subprocess.DEVNULL)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    try:
+        endpoint = _connect(path, token, proc, start_timeout, command)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    return RemoteAgentClient(endpoint, proc, workdir, timeout)
 
 
-def connect_doca(pci: str, name: str, spawn: bool = False) -> RemoteAgentClient:
+def _connect(path, token, proc, start_timeout, command) -> ShmHostEndpoint:
+    """Connect to a starting agent's socket, retrying until it listens."""
+    deadline = time.monotonic() + start_timeout
+    while True:
+        if proc.poll() is not None:
+            raise AgentError(f"the agent ({shlex.join(command)}) exited with code {proc.returncode} "
+                             "before it listened")
+        if os.path.exists(path):
+            try:
+                return ShmHostEndpoint(path, token)
+            except (ConnectionRefusedError, FileNotFoundError):
+                pass
+        if time.monotonic() > deadline:
+            raise AgentError(f"the agent did not listen on {path} within {start_timeout} s")
+        time.sleep(0.005)
+
+
+def connect_doca(pci: str, name: str, spawn: bool = False, timeout: float | None = None) -> RemoteAgentClient:
     """Reach the agent over DOCA (Comch + DMA) at device ``pci``, Comch service ``name``.
 
     On a BlueField the agent runs on the DPU (``sni-agent --doca --pci ... --name ...``)
-    and this connects to it. ``spawn`` starts that agent process here instead (host
-    emulation of the DPU path, as the tests do with the simulated SDK).
+    and this connects to it. ``spawn`` starts the ``sni-agent`` binary with ``--doca`` here
+    instead (host emulation of the DPU path, as the tests do with the simulated SDK).
     """
     from .doca import DocaHostEndpoint
     proc = None
-    if spawn:
-        env = dict(os.environ)
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--doca", "--pci", pci,
-                                 "--name", name], env=env)
+    if spawn:  # the binary's DOCA transport; DOCA_LIB_DIR (the simulated SDK in tests) is inherited
+        proc = subprocess.Popen([*agent_command(), "--doca", "--pci", pci, "--name", name],
+                                stdin=subprocess.DEVNULL)
     try:
-        return RemoteAgentClient(DocaHostEndpoint(pci, name), proc)
+        return RemoteAgentClient(DocaHostEndpoint(pci, name), proc, timeout=timeout)
     except BaseException:
         if proc is not None:
             proc.kill()
@@ -249,16 +329,40 @@ def connect_doca(pci: str, name: str, spawn: bool = False) -> RemoteAgentClient:
         raise
 
 
-def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None) -> AgentClient:
-    """``inline`` (thread), ``process`` (child process over shared memory), ``doca`` (the
-    agent on the DPU) or ``doca-local`` (a DOCA agent process started here)."""
+def socket_paths(agent_dir: str, rank: int) -> tuple:
+    """(socket, token file, pid file, log file) of the standalone agent of trainer ``rank``
+    in ``agent_dir`` (``dgl-sni agent start`` makes them; one agent per trainer)."""
+    base = os.path.join(agent_dir, f"agent-{rank}")
+    return base + ".sock", os.path.join(agent_dir, "token"), base + ".pid", base + ".log"
+
+
+def connect_socket(agent_dir: str, rank: int, timeout: float | None = None) -> RemoteAgentClient:
+    """Connect to the standalone agent of trainer ``rank`` in ``agent_dir`` (one attempt;
+    raises AgentError when it is not there)."""
+    path, token_file, _, _ = socket_paths(agent_dir, rank)
+    try:
+        with open(token_file) as fh:
+            token = bytes.fromhex(fh.read().strip())
+        return RemoteAgentClient(ShmHostEndpoint(path, token), timeout=timeout)
+    except (OSError, ValueError) as err:
+        raise AgentError(f"no standalone agent at {path} ({err}): start it with `dgl-sni agent start`") from err
+
+
+def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None,
+                timeout: float | None = None, agent_dir: str | None = None) -> AgentClient:
+    """``inline`` (thread), ``process`` (child process over shared memory; with ``agent_dir``
+    the standalone agent ``dgl-sni agent start`` runs there for this rank), ``doca`` (the
+    agent on the DPU) or ``doca-local`` (a DOCA agent process started here). ``timeout``:
+    seconds a reply may take (remote agents)."""
     if mode == "inline":
         return InlineAgentClient()
+    if mode == "process" and agent_dir:
+        return connect_socket(agent_dir, int(os.environ.get("RANK", "0")), timeout)
     if mode == "process":
-        return spawn_agent()
+        return spawn_agent(timeout=timeout)
     if mode in ("doca", "doca-local"):
         if not doca_pci:
             raise ValueError("agent mode 'doca' needs the device's PCI address (--doca-pci)")
         name = doca_name or f"sni-agent-{os.environ.get('RANK', '0')}-{os.getpid()}"
-        return connect_doca(doca_pci, name, spawn=mode == "doca-local")
+        return connect_doca(doca_pci, name, spawn=mode == "doca-local", timeout=timeout)
     raise ValueError(f"unknown agent mode '{mode}': use inline, process, doca or doca-local")

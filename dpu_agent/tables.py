@@ -4,9 +4,11 @@ A :class:`HistoryTable` owns, for the ``n`` remote (halo) rows a trainer reads f
 one tensor, the last synchronised value of every row (the history cache), the time
 each row was last observed, a per-row speed estimate (for the adaptive sync policy),
 and a compiled predictor over the *sampled* rows only (the most important
-``sampling_ratio`` of them, chosen by the trainer). :class:`Agent` holds the tables
-and executes the protocol's operations; a transport (``dpu_agent.transport``) feeds it
-messages and moves rows between the trainer's memory and the agent's.
+``sampling_ratio`` of them, chosen by the trainer). :class:`Agent` holds the tables.
+
+The table logic is C++ (``csrc/tables.hpp``, through ``_core.TableCore``): the same code
+runs in the inline agent (a thread of the trainer) and in the ``sni-agent`` binary, so
+every agent mode serves the same rows to the bit.
 
 Served rows for a step are computed once and memoised, so a training forward and an
 evaluation forward of the same step get the same rows, and the self-feeding
@@ -14,18 +16,16 @@ evaluation forward of the same step get the same rows, and the self-feeding
 """
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
-from .predictors import check_predictor, make_predictor
+from ._core import TableCore
+from .predictors import check_predictor
 
 
 class HistoryTable:
     """History cache + predictor for the halo rows of one tensor (see module docstring).
 
-    Owned by :class:`Agent` (one per table); the predictor is a
-    :class:`~dpu_agent.predictors.PredictorAdapter` from the registry (None for ``cache``).
+    Owned by :class:`Agent` (one per table), or built directly (tests, references).
     """
 
     def __init__(self, num_rows: int, dim: int, sampled: np.ndarray, kind: str = "gated",
@@ -35,97 +35,41 @@ class HistoryTable:
         if sampled.shape != (num_rows,):
             raise ValueError(f"sampled mask must have shape ({num_rows},), got {sampled.shape}")
         self.num_rows, self.dim, self.kind = num_rows, dim, kind
-        self.cache = np.zeros((num_rows, dim), dtype=np.float32)
-        self.t_obs = np.full(num_rows, -np.inf)
-        self.speed = np.zeros(num_rows, dtype=np.float32)
         self.sampled_rows = np.flatnonzero(sampled).astype(np.int64)
-        # slot of every row in the predictor (-1: not sampled)
-        self.slot = np.full(num_rows, -1, dtype=np.int64)
-        self.slot[self.sampled_rows] = np.arange(self.sampled_rows.size)
-        self.predictor = make_predictor(kind, self.sampled_rows.size, dim, window, beta, lam)
-        # a self-feeding predictor (linear-trend) advances when served: see observe/serve
-        self._self_feeding = self.predictor is not None and self.predictor.self_feeding
-        self._served_step = None
-        self._fed_step = None
-        self._served = np.zeros((num_rows, dim), dtype=np.float32)
-        self._weight = np.zeros(num_rows, dtype=np.float32)
-        self.predictor_s = 0.0
+        self.core = TableCore(num_rows, dim, sampled, kind, window=window, beta=beta, lam=lam)
 
-    # ------------------------------------------------------------------ operations
+    @property
+    def predictor_s(self) -> float:
+        """Seconds spent in the predictor core so far."""
+        return self.core.predictor_s
+
+    @property
+    def cache(self) -> np.ndarray:
+        """A copy of the last synchronised rows."""
+        return self.core.cache
+
     def observe(self, step: float, rows: np.ndarray, row_ids: np.ndarray | None = None) -> None:
         """Fresh rows (all rows, or ``row_ids``) synchronised at ``step``."""
-        ids = np.arange(self.num_rows) if row_ids is None else np.asarray(row_ids, dtype=np.int64)
-        if rows.shape != (ids.size, self.dim):
-            raise ValueError(f"observe needs rows of shape ({ids.size}, {self.dim}), got {rows.shape}")
-        seen = np.isfinite(self.t_obs[ids])
-        if seen.any():
-            old = self.cache[ids[seen]]
-            dt = np.maximum(step - self.t_obs[ids[seen]], 1e-8)
-            self.speed[ids[seen]] = np.linalg.norm(rows[seen] - old, axis=1) / dt
-        self.cache[ids] = rows
-        self.t_obs[ids] = step
-        if self.predictor is not None:
-            slots = self.slot[ids]
-            take = slots >= 0
-            if self._self_feeding and self._fed_step == step:
-                # already fed a prediction at this very step (adaptive partial sync):
-                # a zero-length step would divide by eps; the cache took the rows
-                take[:] = False
-            if take.any():
-                start = time.perf_counter()
-                obs = np.ascontiguousarray(rows[take], dtype=np.float32)
-                s = np.ascontiguousarray(slots[take])
-                self.predictor.observe(s, step, obs)
-                self.predictor_s += time.perf_counter() - start
-        if self._served_step is not None and self._served_step >= step:
-            self._served_step = None  # history changed under a memoised step
+        self.core.observe(step, rows, row_ids)
 
     def serve(self, step: float, preview: bool = False) -> tuple:
-        """Rows to use at ``step`` for every halo row, and per-row predictor weight.
+        """``(rows, weight)`` to use at ``step`` for every halo row (new arrays).
 
         Weight 0 means the cached row was served; > 0 that the predictor refined it
         (1 for ``linear-trend``/``holt``, the gate's shrinkage weight for ``gated``).
-        ``preview`` computes what would be served without advancing any state (the
-        self-feeding predictor is not fed) and without memoising.
+        ``preview`` computes what would be served without advancing any state.
         """
-        if self._served_step == step and not preview:
-            return self._served, self._weight
-        if not np.isfinite(self.t_obs).all():
-            missing = int(np.flatnonzero(~np.isfinite(self.t_obs))[0])
-            raise ValueError(f"row {missing} was never synchronised; a stale step cannot serve it")
-        served = np.array(self.cache) if preview else self._served
-        weight = np.zeros(self.num_rows, np.float32) if preview else self._weight
-        if not preview:
-            np.copyto(served, self.cache)
-            weight[:] = 0.0
-        if self.predictor is not None and self.sampled_rows.size:
-            start = time.perf_counter()
-            slots = np.arange(self.sampled_rows.size, dtype=np.int64)
-            pred, w = self.predictor.serve(slots, step, preview)
-            served[self.sampled_rows] = pred
-            weight[self.sampled_rows] = w
-            self.predictor_s += time.perf_counter() - start
-        if not preview:
-            self._served_step = step
-            self._fed_step = step if self._self_feeding else None
-        return served, weight
+        return self.core.serve(step, preview)
 
     def drift(self, step: float) -> np.ndarray:
         """Predicted drift of every row since its last observation (adaptive policy):
-        speed x steps since observed, relative to the table's mean row norm (so rows near
-        zero do not look infinitely stale)."""
-        scale = max(float(np.linalg.norm(self.cache, axis=1).mean()), 1e-12)
-        drift = self.speed * np.maximum(step - self.t_obs, 0.0) / scale
-        return drift.astype(np.float32)
+        speed x steps since observed, relative to the table's mean row norm."""
+        return self.core.drift(step)
 
 
 class Agent:
-    """Executes protocol operations on its tables; the transport delivers them.
-
-    Operations (``msg["op"]``): ``add_table``, ``observe``, ``serve``, ``drift``,
-    ``stats``, ``close``. Called by :func:`dpu_agent.agent.serve_forever` (process and
-    DPU modes) and by the inline client (a thread in the trainer).
-    """
+    """The tables of one trainer by id. Used by the inline client (a thread in the
+    trainer); the ``sni-agent`` binary holds the same C++ tables itself."""
 
     def __init__(self):
         self.tables = {}

@@ -1,7 +1,8 @@
 """How the agent talks to its trainer: the two declared halves of every transport.
 
-Every transport has the same two halves. Control: small messages (dicts) in order,
-each answered by one reply. Data: named *regions* of the trainer's memory per table
+Every transport has the same two halves. Control: small messages in order, each
+answered by one reply (dicts here, the binary protocol of :mod:`dpu_agent.protocol` on the
+wire). Data: named *regions* of the trainer's memory per table
 (``fresh`` rows the trainer synchronised, ``ids`` of a partial sync, ``served`` rows
 and their ``weight`` for a stale step, ``drift``), which the agent reads and writes.
 
@@ -10,10 +11,10 @@ and their ``weight`` for a stale step, ``drift``), which the agent reads and wri
 * :class:`HostEndpoint` -- the trainer's half, driven by
   :class:`dpu_agent.client.RemoteAgentClient`.
 
-Implementations: ``dpu_agent.shm`` (``ShmAgentTransport`` / ``ShmHostEndpoint``: a socket
-pair for control and POSIX shared memory for the regions, the host emulation used here)
-and ``dpu_agent.doca`` (``DocaAgentTransport`` / ``DocaHostEndpoint``: DOCA Comch for
-control and DOCA DMA for the regions, BlueField DPU).
+Implementations: ``dpu_agent.shm`` (``ShmHostEndpoint``: a Unix socket for control and
+POSIX shared memory for the regions, the host emulation; its agent side is the ``sni-agent``
+binary) and ``dpu_agent.doca`` (``DocaAgentTransport`` / ``DocaHostEndpoint``: DOCA Comch
+for control and DOCA DMA for the regions, BlueField DPU).
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ class AgentTransport(ABC):
         """Send one reply."""
 
     @abstractmethod
-    def attach(self, table: int, num_rows: int, dim: int, regions: dict) -> None:
+    def attach(self, table: int, num_rows: int, dim: int, regions: list) -> None:
         """Map the regions the trainer announced for ``table``."""
 
     @abstractmethod
@@ -70,9 +71,9 @@ class HostEndpoint(ABC):
     channel to the agent. Driven by :class:`dpu_agent.client.RemoteAgentClient`."""
 
     @abstractmethod
-    def new_table(self, table: int, num_rows: int, dim: int) -> dict:
-        """Allocate the regions of ``table``; returns what the agent needs to attach them
-        (sent in the ``add_table`` message)."""
+    def new_table(self, table: int, num_rows: int, dim: int) -> list:
+        """Allocate the regions of ``table``; returns what the agent needs to attach them:
+        one descriptor (bytes) per region in ``REGIONS`` order, sent in ``add_table``."""
 
     @abstractmethod
     def region(self, table: int, name: str) -> np.ndarray:
@@ -83,8 +84,9 @@ class HostEndpoint(ABC):
         """Send one control message."""
 
     @abstractmethod
-    def recv(self):
-        """The next reply (waits); raises ``EOFError`` or ``OSError`` once the agent is gone."""
+    def recv(self, timeout: float | None = None) -> dict:
+        """The next reply (waits, at most ``timeout`` s: then ``TimeoutError``); raises
+        ``EOFError`` or ``OSError`` once the agent is gone."""
 
     @abstractmethod
     def poll(self, timeout: float) -> bool:

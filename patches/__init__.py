@@ -20,6 +20,11 @@ library, torch and dgl, and take what they install from the caller.
   and after DGL's (SNI's ``DGL_SNI=1`` autoenable).
 * :mod:`~patches.kvclient_pull` -- one KVClient instance's ``pull`` is replaced (SNI's
   KVClient).
+* :mod:`~patches.kvclient_push` -- one KVClient instance's ``push`` is replaced (SNI's
+  KVClient sees this machine's writes).
+* :mod:`~patches.dgl_import_hook` -- hooks around the first ``import dgl`` of a process
+  (the start-up ``dgl_sni_startup.pth``: :func:`apply` before, ``import dgl_sni`` after),
+  so scripts that never import ``dgl_sni`` work too.
 
 ``apply()`` is idempotent and runs before the first ``import dgl``; ``dgl_sni``
 calls it on import, so users never edit site-packages. It
@@ -30,15 +35,15 @@ calls it on import, so users never edit site-packages. It
 """
 import os
 import sys
-import tempfile
-import warnings
 
-from .graphbolt_optional import install as _install_graphbolt_shim
+# Kept light: the start-up ``.pth`` imports this package in every Python process.
+from . import dgl_import_hook as _dgl_import_hook
 
 _APPLIED = False
 
 
 def _default_cache_dir(name):
+    import tempfile
     return os.path.join(tempfile.gettempdir(), f"dgl-sni-{os.getuid()}", name)
 
 
@@ -50,11 +55,15 @@ def apply():
     os.environ.setdefault("DGLBACKEND", "pytorch")
     os.environ.setdefault("DGLDEFAULTDIR", _default_cache_dir("dgl"))
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", _default_cache_dir("torchinductor"))
-    if "dgl" in sys.modules and "dgl.graphbolt" not in sys.modules:
+    # inside the start-up hook's ``import dgl`` the module exists but its body has not run yet
+    if "dgl" in sys.modules and "dgl.graphbolt" not in sys.modules and not _dgl_import_hook.loading():
         raise RuntimeError(
             "dgl was imported before dgl_sni/patches; import dgl_sni (or call "
             "patches.apply()) before 'import dgl'"
         )
+    import warnings
+
+    from .graphbolt_optional import install as _install_graphbolt_shim
     _install_graphbolt_shim()
     # DGL 2.1 imports torchdata.datapipes, which warns on every import; not actionable.
     warnings.filterwarnings("ignore", message=r"(?s).*'datapipes', 'dataloader2' modules are deprecated")

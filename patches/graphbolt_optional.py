@@ -12,9 +12,9 @@ from the package metadata, not from ``dgl.__version__``.
 """
 import importlib.abc
 import importlib.machinery
-import sys
 from importlib import metadata
 
+from . import _meta_path
 from ._dgl_version import WRITTEN_FOR, check
 
 TARGET = "dgl.graphbolt"
@@ -57,16 +57,14 @@ def install() -> None:
     """Put the finder first on ``sys.meta_path`` (a no-op when it is there); run by
     :func:`patches.apply` before ``import dgl``."""
     check(__name__, metadata.version("dgl"), DGL_VERSIONS)
-    if not is_installed():
-        sys.meta_path.insert(0, _FINDER)
+    _meta_path.insert_first(_FINDER)
 
 
 def uninstall() -> None:
     """Take the finder off ``sys.meta_path``; an already imported ``dgl.graphbolt`` stays."""
-    while _FINDER in sys.meta_path:
-        sys.meta_path.remove(_FINDER)
+    _meta_path.remove(_FINDER)
 
 
 def is_installed() -> bool:
     """Whether the finder is on ``sys.meta_path``."""
-    return _FINDER in sys.meta_path
+    return _meta_path.present(_FINDER)

@@ -11,8 +11,27 @@ from .options import option, read_json
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip")
-SYNC_POLICIES = ("fixed", "adaptive")
+SYNC_POLICIES = ("fixed", "adaptive", "drift")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
+
+
+def cache_budget(value, remote_bytes: int) -> int:
+    """Bytes of a ``feature_cache_bytes`` setting for a tensor whose remote rows take ``remote_bytes``."""
+    text = str(value).strip()
+    if text.endswith("%"):
+        share = float(text[:-1])
+        if not 0 <= share <= 100:
+            raise ValueError(f"feature_cache_bytes share must lie in 0%..100%, got {text}")
+        return int(remote_bytes * share / 100)
+    from storage_tier.sizes import parse_bytes
+    return parse_bytes(text, "feature_cache_bytes")
+
+
+def _cache_budget_ok(value) -> bool:
+    try:
+        return cache_budget(value, 0) >= 0
+    except (ValueError, TypeError):
+        return False
 
 
 @dataclass
@@ -39,17 +58,29 @@ class SNIConfig:
                             choices=PREDICTORS, sweep=True)
     stale_grad: str = option("exchange", "on stale epochs still push halo gradients (exchange) or not (skip)",
                              choices=STALE_GRAD, sweep=True)
-    sync_policy: str = option("fixed", "adaptive: on stale epochs also pull rows whose predicted drift is large",
+    sync_policy: str = option("fixed", "fixed: sync every E-th epoch; adaptive: on stale epochs also pull rows "
+                                       "whose predicted drift is large; drift: sync when the weights moved more "
+                                       "than --sync-drift since the last sync, at least every E-th epoch",
                               choices=SYNC_POLICIES, sweep=True)
+    sync_drift: float = option(0.05, "drift policy: relative change of an exchanged layer's weights since the "
+                                     "last sync that makes the next epoch sync", sweep=True)
     drift_bound: float = option(0.05, "adaptive: pull a row when its predicted drift exceeds this fraction "
                                       "of the mean row norm", sweep=True)
     measure_staleness: bool = option(False, "also pull true halo rows on stale epochs, for measurement only",
                                      sweep=True)
     transfer: bool = option(True, "gated: do not offer rows moved by the drift of the worker's own rows",
                             sweep=True)
+    quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
+                              "rounded with a per-row scale (0: float32, exact)", choices=(0, 4, 8), sweep=True)
+    stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
+                                     "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
                                    "doca: the agent on the BlueField (Comch + DMA); doca-local: a DOCA agent "
                                    "started here", choices=AGENT_MODES, sweep=True)
+    agent_timeout: float = option(5.0, "seconds an agent reply may take; a slower or dead agent is dropped (the "
+                                       "trainer serves its last synced rows and syncs until an agent is back)")
+    agent_dir: str = option("", "agent process: connect to the standalone agents `dgl-sni agent start` runs "
+                                "in this directory (one per trainer rank) instead of starting one")
     doca_pci: str = option("", "agent doca: PCI address of the BlueField (as this host sees it)")
     doca_name: str = option("", "agent doca: Comch service name of the agent (default per trainer)")
     # predictor parameters (dpu_agent cores)
@@ -61,6 +92,11 @@ class SNIConfig:
                            help="names of the DistTensors served; empty: every tensor created after enable")
     static: list = option(default_factory=list, cli=False,
                           help="read-only tensors: cached exactly after their first pull")
+    feature_cache_bytes: str = option("256M", cli=False,
+                                      help="per trainer: memory for the exact cache of remote rows of static node "
+                                           "data (input features), e.g. 512M, or a share of the tensor's remote "
+                                           "rows such as 20%; 0 turns the cache off (dgl-sni launch "
+                                           "--cache-budget)")
 
     @property
     def enabled(self) -> bool:
@@ -76,7 +112,14 @@ class SNIConfig:
             (self.sync_policy in SYNC_POLICIES, f"--sync-policy must be one of {', '.join(SYNC_POLICIES)}"),
             (self.agent in AGENT_MODES, f"agent must be one of {', '.join(AGENT_MODES)}"),
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
+            (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
+            (_cache_budget_ok(self.feature_cache_bytes),
+             f"feature_cache_bytes must be a size such as 512M or a share such as 20%, got "
+             f"{self.feature_cache_bytes!r}"),
+            (self.agent_timeout > 0, f"--agent-timeout must be positive, got {self.agent_timeout}"),
+            (not self.agent_dir or self.agent == "process",
+             f"--agent-dir needs agent mode process (a standalone socket agent), got '{self.agent}'"),
             (not self.agent.startswith("doca") or bool(self.doca_pci),
              "agent mode doca needs the device's PCI address (--doca-pci / doca_pci)"),
         ]
@@ -97,9 +140,12 @@ class SNIConfig:
         return cls(**values).validate()
 
     def start_agent(self):
-        """A client for this configuration's agent (see :func:`dpu_agent.client.start_agent`)."""
+        """A client for this configuration's agent (see :func:`dpu_agent.client.start_agent`),
+        supervised: a lost agent is survived and replaced (:mod:`dpu_agent.supervisor`)."""
         from dpu_agent.client import start_agent
-        return start_agent(self.agent, self.doca_pci or None, self.doca_name or None)
+        from dpu_agent.supervisor import SupervisedAgent
+        return SupervisedAgent(lambda: start_agent(self.agent, self.doca_pci or None, self.doca_name or None,
+                                                   self.agent_timeout, self.agent_dir or None))
 
     @classmethod
     def from_file(cls, path: str) -> "SNIConfig":

@@ -54,6 +54,9 @@ class TrainConfig:
         """Raise ``ValueError`` naming the first bad setting."""
         for part in self.parts().values():
             part.validate()
+        if self.sni.quantize and self.tier.storage_tier:
+            raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
+                             "served from the owners' files as float32)")
         return self
 
     def to_argv(self) -> list:

@@ -26,8 +26,9 @@ from dgl.distributed.kvstore import get_kvstore
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
-from ..sni.schedule import SyncSchedule
-from .resolver import HaloResolver
+from ..sni.schedule import DriftSchedule, SyncSchedule, WeightDrift
+from .quantize import decode, encode, row_seed
+from .resolver import HaloResolver, Origin
 from .tensors import LayerTensors
 
 
@@ -46,7 +47,7 @@ class KVHaloExchange:
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
-                 edge_counts: np.ndarray | None = None):
+                 edge_counts: np.ndarray | None = None, seed: int = 0):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.kv = get_kvstore()
         self.num_owned = int(owned_gids.numel())
@@ -63,9 +64,17 @@ class KVHaloExchange:
             if self.owner_machines else torch.empty(0, dtype=torch.int64)
         self.emb, self.grad = tensors.emb, tensors.grad
         self.tier_backed = tensors.tier_root is not None
+        self.quantize, self.seed, self.dims = tensors.quantize, seed, tensors.dims
+        if self.quantize and self.tier_backed:
+            raise ValueError("quantized halo rows cannot be tier-backed")
         self.cfg, self.agent = cfg, agent
-        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled) if cfg is not None else None
-        transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy == "fixed"
+        if cfg is None:
+            self.schedule = None
+        elif cfg.sync_policy == "drift":  # the trainer hands it a meter (watch_weights)
+            self.schedule = DriftSchedule(cfg.warmup, cfg.sync_interval, cfg.sync_drift, enabled=cfg.enabled)
+        else:
+            self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)
+        transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy != "adaptive"
         ids = self.halo_gids.numpy()
         self.resolvers = {
             layer: HaloResolver(cfg, counters, table_id=layer, ids=ids, dim=dim,
@@ -88,10 +97,20 @@ class KVHaloExchange:
         the trainer computes the layers below."""
         self.step, self.training = step, training
         self.mode = self.schedule.mode(step) if self.schedule is not None else "sync"
+        if self.mode == "stale" and not training and not self.cfg.stale_eval:
+            self.mode = "sync"  # exact evaluation: fresh rows (its traffic is eval_bytes)
+        if self.mode == "stale" and not all(self.collective.all_gather_object(self.agent.alive)):
+            self.mode = "sync"  # an agent is gone: every trainer syncs until it is back
         if self.mode == "stale":
             for resolver in self.resolvers.values():
                 resolver.prefetch(step)
         return self.mode
+
+    def watch_weights(self, params) -> None:
+        """The weights whose change since the last sync drives the ``drift`` policy (the
+        layers whose outputs are exchanged); other policies ignore them."""
+        if isinstance(self.schedule, DriftSchedule):
+            self.schedule.meter = WeightDrift(params)
 
     def end_epoch(self) -> dict:
         """Agent time spent in predictors since the last call (waits for queued work)."""
@@ -99,21 +118,33 @@ class KVHaloExchange:
             return {}
         total = self.agent.stats()["predictor_s"]
         delta, self._predictor_s = total - self._predictor_s, total
-        return dict(predictor_s=delta)
+        out = dict(predictor_s=delta)
+        if isinstance(self.schedule, DriftSchedule):
+            out["weight_drift"] = self.schedule.last_drift
+        return out
 
     def close(self) -> None:
         if self.agent is not None:
             self.agent.close()
 
     # -------------------------------------------------------------- row movement
-    def _write_owned(self, shard: torch.Tensor, rows: Owned) -> None:
+    def _coder(self, layer: int, direction: int) -> torch.Generator:
+        """The generator of this step's stochastic rounding (quantized rows)."""
+        return torch.Generator().manual_seed(row_seed(self.seed, self.step, layer, self.collective.rank, direction))
+
+    def _write_owned(self, shard: torch.Tensor, rows: Owned, layer: int) -> None:
         """Copy the owned rows into the local shard: a tensor, or the storage tier's
-        :class:`~storage_tier.protocols.OwnedRows` unit by unit."""
+        :class:`~storage_tier.protocols.OwnedRows` unit by unit; encoded where rows travel
+        quantized."""
         if self.tier_backed:  # the tier wrote them already; make sure they reached storage
             rows.sync()
             return
+        if self.quantize and not isinstance(rows, torch.Tensor):
+            raise ValueError("quantized halo rows need the owned rows in memory (not the storage tier)")
         if isinstance(rows, torch.Tensor):
             rows = rows.detach()
+            if self.quantize:
+                rows = encode(rows, self.quantize, self._coder(layer, 0))
             if self._owned_local is None:
                 shard[: self.num_owned] = rows
             else:
@@ -143,7 +174,8 @@ class KVHaloExchange:
         resolver = self.resolvers[layer]
         own = owned.detach().numpy() if resolver.transfer is not None and self.training \
             and isinstance(owned, torch.Tensor) else None
-        resolved = resolver.resolve(self.step, self.training, _LayerSource(self, layer, owned), own=own)
+        resolved = resolver.resolve(self.step, self.training, _LayerSource(self, layer, owned), own=own,
+                                    mode=self.mode)
         return torch.from_numpy(np.ascontiguousarray(resolved.rows))
 
     def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
@@ -153,6 +185,8 @@ class KVHaloExchange:
         grad_tensor = self.grad[layer]
         if self.halo_gids.numel():
             grad_halo = grad_halo.contiguous()
+            if self.quantize:
+                grad_halo = encode(grad_halo, self.quantize, self._coder(layer, 1))
             with self.counters.timing("comm_s"):
                 self.kv.push(grad_tensor.kvstore_key, self.halo_gids, grad_halo)
                 grad_tensor[self._flush_ids]  # ordered after the pushes on each owner
@@ -176,24 +210,31 @@ class _LayerSource:
 
     def __init__(self, exchange: KVHaloExchange, layer: int, owned: Owned):
         self.exchange, self.layer, self.owned = exchange, layer, owned
+        self.origin = Origin.TIER if exchange.tier_backed else Origin.PULLED
 
     def publish(self) -> None:
         ex = self.exchange
-        ex._write_owned(ex.emb[self.layer].local_partition, self.owned)
+        ex._write_owned(ex.emb[self.layer].local_partition, self.owned, self.layer)
         ex.collective.barrier()
+
+    def _rows(self, pulled: torch.Tensor) -> np.ndarray:
+        ex = self.exchange
+        if ex.quantize:
+            return decode(pulled, ex.dims[self.layer - 1], ex.quantize).numpy()
+        return pulled.numpy()
 
     def pull(self, ids: np.ndarray | None) -> np.ndarray:
         ex, tensor = self.exchange, self.exchange.emb[self.layer]
         if ids is None:
             if ex.halo_gids.numel() == 0:
-                return np.zeros((0, tensor.shape[1]), dtype=np.float32)
-            return ex.pull_rows(tensor, ex.halo_gids).numpy()
-        return ex.pull_rows(tensor, torch.from_numpy(ids)).numpy()
+                return np.zeros((0, ex.dims[self.layer - 1]), dtype=np.float32)
+            return self._rows(ex.pull_rows(tensor, ex.halo_gids))
+        return self._rows(ex.pull_rows(tensor, torch.from_numpy(ids)))
 
     def peek(self) -> np.ndarray:
         ex = self.exchange
         with ex.counters.timing("comm_s"):
-            true = ex.emb[self.layer][ex.halo_gids].numpy()
+            true = self._rows(ex.emb[self.layer][ex.halo_gids])
         ex.counters.add("measure_bytes", true.nbytes)  # not training traffic
         return true
 

@@ -13,7 +13,9 @@ per-row :class:`Origin`:
 * ``TRANSFERRED`` -- the cached row moved by the drift of the worker's own rows
   (:mod:`dgl_sni.sni.transfer`), where its gates are open;
 * ``REPULLED`` -- stale steps with the adaptive policy: rows whose predicted drift
-  exceeds the bound, pulled again.
+  exceeds the bound, pulled again;
+* ``TIER`` -- pulled from a tier-backed tensor: the owner's server read them from its
+  storage tier files (:mod:`storage_tier.shard`).
 
 Rows are counted once, from the origins, when a step's rows are final: ``cached_rows``,
 ``predicted_rows`` (predicted or transferred: not the cache), ``transfer_rows``,
@@ -52,6 +54,7 @@ class Origin(enum.IntEnum):
     PREDICTED = 4
     TRANSFERRED = 5
     REPULLED = 6
+    TIER = 7
 
 
 @dataclass
@@ -71,8 +74,11 @@ class HaloSource(Protocol):
     ``publish()`` makes this worker's own rows visible before anyone pulls (a no-op where
     the script writes them itself); ``pull(ids)`` fetches rows as training traffic (``ids``:
     global ids; ``None``: every tracked row); ``peek()`` fetches every tracked row without
-    counting it as training traffic (staleness measurement).
+    counting it as training traffic (staleness measurement). ``origin`` is what a pulled row
+    is: ``PULLED``, or ``TIER`` where the owners serve the rows from their storage tier.
     """
+
+    origin: "Origin"
 
     def publish(self) -> None: ...
 
@@ -85,6 +91,151 @@ def _origins(n: int, origin: Origin) -> np.ndarray:
     return np.full(n, int(origin), dtype=np.uint8)
 
 
+class StaticRowCache:
+    """The exact cache of one read-only tensor's remote rows (the resolver's ``STATIC`` rows).
+
+    Owned by a static :class:`HaloResolver`; the stock-script switch sizes it from
+    ``feature_cache_bytes``. Filled on first pull; rows this machine writes are dropped
+    (:meth:`invalidate`). ``capacity``: rows it may hold (``None``: unbounded, every row
+    pulled stays). Which rows a bounded cache keeps is ordered by how often they are
+    needed: at first by ``ranking()`` (candidate ids and their in-edges into this
+    machine's partition), then, once it has counted as many accesses as ``replan_every``
+    times its capacity, by the accesses it counted (the in-edges break ties), re-planned at
+    each such count; rows that drop out of the plan leave, rows that
+    enter it are kept at their next pull. Slots the plan leaves free take rows in the order
+    they are first pulled. Called only by the resolver (lookups) and the switch (writes).
+    """
+
+    def __init__(self, capacity: int | None,
+                 ranking: "Callable[[], tuple[np.ndarray, np.ndarray]] | None" = None, replan_every: int = 2):
+        if capacity is not None and capacity < 0:
+            raise ValueError(f"a static row cache needs a capacity >= 0, got {capacity}")
+        self.capacity, self._ranking, self.replan_every = capacity, ranking, replan_every
+        self._slot = np.zeros(0, dtype=np.int64)  # id -> slot (-1: not cached)
+        self._planned = np.zeros(0, dtype=bool)  # id -> among the rows the plan keeps
+        self._edges = np.zeros(0, dtype=np.int64)  # id -> in-edges into the partition (ranking)
+        self._counts = np.zeros(0, dtype=np.int64)  # id -> accesses counted
+        self._since_plan = 0
+        self._free_unplanned = None  # slots left for rows outside the plan (None: not planned yet)
+        self._free = []  # slots given back by rows that left
+        self._rows = None
+        self.used = 0  # slots ever filled (the high-water mark of ``_rows``)
+
+    @property
+    def row_shape(self) -> tuple:
+        return tuple(self._rows.shape[1:]) if self._rows is not None else ()
+
+    @property
+    def dtype(self):
+        return self._rows.dtype if self._rows is not None else np.float32
+
+    def _grow(self, top: int) -> None:
+        if top > self._slot.size:
+            extra = max(top, 2 * self._slot.size) - self._slot.size
+            self._slot = np.concatenate([self._slot, np.full(extra, -1, np.int64)])
+            self._planned = np.concatenate([self._planned, np.zeros(extra, bool)])
+            self._edges = np.concatenate([self._edges, np.zeros(extra, np.int64)])
+            self._counts = np.concatenate([self._counts, np.zeros(extra, np.int64)])
+
+    def _plan(self) -> None:
+        """The first plan: the best-ranked rows by in-edges (once, at the first admission)."""
+        planned = 0
+        if self._ranking is not None and self.capacity:
+            ids, need = self._ranking()
+            ids, need = np.asarray(ids, np.int64), np.asarray(need, np.int64)
+            if ids.size:
+                self._grow(int(ids.max()) + 1)
+                self._edges[ids] = need
+            keep = ids[np.lexsort((ids, -need))][: self.capacity]
+            self._planned[keep] = True
+            planned = keep.size
+        self._free_unplanned = None if self.capacity is None else self.capacity - planned
+
+    def _replan(self) -> None:
+        """Keep the ``capacity`` rows accessed most so far (in-edges, then id, break ties)."""
+        seen = np.flatnonzero((self._counts > 0) | self._planned)
+        order = np.lexsort((seen, -self._edges[seen], -self._counts[seen]))
+        keep = seen[order[: self.capacity]]
+        self._planned[:] = False
+        self._planned[keep] = True
+        self._free_unplanned = 0
+        leaving = np.flatnonzero((self._slot >= 0) & ~self._planned)
+        self._free.extend(self._slot[leaving].tolist())
+        self._slot[leaving] = -1
+        self._since_plan = 0
+
+    def slots(self, ids: np.ndarray) -> np.ndarray:
+        """Per id its slot, -1 where the row is not cached; counts the accesses."""
+        out = np.full(ids.size, -1, dtype=np.int64)
+        if self.capacity is not None and self.capacity > 0 and ids.size:
+            self._grow(int(ids.max()) + 1)
+            np.add.at(self._counts, ids, 1)
+            self._since_plan += ids.size
+            if self._free_unplanned is not None and self._since_plan >= self.replan_every * self.capacity:
+                self._replan()
+        inside = ids < self._slot.size
+        out[inside] = self._slot[ids[inside]]
+        return out
+
+    def rows_at(self, slots: np.ndarray) -> np.ndarray:
+        return self._rows[slots] if slots.size else np.empty((0,) + self.row_shape, self.dtype)
+
+    def _take_slots(self, n: int) -> np.ndarray:
+        reused = [self._free.pop() for _ in range(min(n, len(self._free)))]
+        fresh = np.arange(self.used, self.used + n - len(reused))
+        self.used += fresh.size
+        return np.concatenate([np.asarray(reused, np.int64), fresh]).astype(np.int64)
+
+    def admit(self, ids: np.ndarray, rows: np.ndarray) -> None:
+        """Keep the rows of ``ids`` (unique, just pulled) that the plan has room for."""
+        if self._free_unplanned is None and self.capacity is not None:
+            self._plan()
+        if self.capacity == 0 or ids.size == 0:
+            return
+        self._grow(int(ids.max()) + 1)
+        take = self._slot[ids] < 0
+        if self.capacity is not None:
+            planned = self._planned[ids]
+            extra = np.flatnonzero(take & ~planned)[: max(self._free_unplanned, 0)]
+            self._free_unplanned -= extra.size
+            chosen = np.zeros(ids.size, bool)
+            chosen[extra] = True
+            take &= planned | chosen
+        idx = np.flatnonzero(take)
+        if not idx.size:
+            return
+        if self._rows is None:
+            cap = self.capacity if self.capacity is not None else max(idx.size, 1024)
+            self._rows = np.empty((cap,) + rows.shape[1:], dtype=rows.dtype)
+        slots = self._take_slots(idx.size)
+        top = int(slots.max()) + 1
+        if top > self._rows.shape[0]:  # unbounded: grow
+            bigger = np.empty((max(top, 2 * self._rows.shape[0]),) + self._rows.shape[1:], dtype=self._rows.dtype)
+            bigger[: self._rows.shape[0]] = self._rows
+            self._rows = bigger
+        self._rows[slots] = rows[idx]
+        self._slot[ids[idx]] = slots
+
+    def invalidate(self, ids: np.ndarray | None = None) -> None:
+        """Forget the rows of ``ids`` (``None``: every row); they are pulled again next time."""
+        gone = np.flatnonzero(self._slot >= 0) if ids is None else np.asarray(ids, np.int64)
+        gone = gone[gone < self._slot.size]
+        gone = gone[self._slot[gone] >= 0]
+        self._free.extend(self._slot[gone].tolist())
+        self._slot[gone] = -1
+
+    @property
+    def cached_rows(self) -> int:
+        return int((self._slot >= 0).sum())
+
+
+def may_serve_stale(cfg: "SNIConfig | None") -> bool:
+    """Whether a resolver with this configuration can ever answer a step without pulling
+    (a stale step): never with no predictor or at sync interval 1, so the stock-script
+    switch then starts no agent and passes every pull to DGL."""
+    return cfg is not None and cfg.enabled and cfg.sync_interval > 1
+
+
 class HaloResolver:
     """Decides each step where the halo rows of one tensor come from (see module docstring).
 
@@ -93,14 +244,16 @@ class HaloResolver:
     agent client (called when the first table is made), or ``None`` for exact exchange
     (every row pulled at every step); ``edge_counts(ids)``: per tracked row, its edges into
     this partition, which rank rows for prediction; ``transfer``: offer the drift transfer (``gated``, fixed policy, rows in
-    memory); ``static``: read-only rows, served from an exact cache after their first pull.
+    memory); ``static``: read-only rows, served from an exact cache after their first pull
+    (``static_cache``: its budget and ranking; default: every row, unbounded).
     """
 
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, *, table_id: int = 0,
                  ids: np.ndarray | None = None, dim: int | None = None,
                  agent: "Callable[[], AgentClient] | None" = None,
                  edge_counts: "Callable[[np.ndarray], np.ndarray] | None" = None,
-                 transfer: bool = False, static: bool = False):
+                 transfer: bool = False, static: bool = False,
+                 static_cache: "StaticRowCache | None" = None):
         self.cfg, self.counters = cfg, counters
         self.table_id, self.agent, self.static = table_id, agent, static
         self._edge_counts = edge_counts
@@ -111,7 +264,7 @@ class HaloResolver:
         self._want_transfer = transfer
         if agent is not None and self.ids is not None:
             self._new_table(self.ids, dim)
-        self._static_rows = {}
+        self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
 
     # ------------------------------------------------------------------ schedule
@@ -127,43 +280,49 @@ class HaloResolver:
 
     def prefetch(self, step: int) -> None:
         """Let the agent start computing a stale step's rows (returns at once)."""
-        if self.table is not None and self.mode(step) == "stale":
+        if self.table is not None:
             self.table.prefetch(step)
 
     # ------------------------------------------------------------------ resolving
     def resolve(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
-                ids: np.ndarray | None = None) -> Resolved:
+                ids: np.ndarray | None = None, mode: str | None = None) -> Resolved:
         """The halo rows of ``step``: every tracked row (``ids=None``) or the rows of ``ids``.
 
         ``own``: this worker's own rows of the layer now (the drift transfer needs them);
         ``training``: the pass trains (observations, transfer scores and the rows reused
-        by the evaluation of the same step happen only then).
+        by the evaluation of the same step happen only then); ``mode``: ``sync`` or
+        ``stale`` as the caller's schedule decided (the full-graph exchange: its schedule,
+        and exact evaluation pulls fresh rows at a stale step), else this resolver's own.
         """
         if self.static:
             return self._resolve_static(source, ids)
-        if self.mode(step) == "sync":
+        mode = self.mode(step) if mode is None or self.table is None else mode
+        if mode == "sync":
             return self._resolve_sync(step, training, source, own, ids)
         return self._resolve_stale(step, training, source, own, ids)
 
     def _resolve_sync(self, step, training, source, own, ids) -> Resolved:
         source.publish()
         fresh = source.pull(ids)
-        resolved = Resolved(fresh, _origins(fresh.shape[0], Origin.PULLED))
+        resolved = Resolved(fresh, _origins(fresh.shape[0], source.origin))
         if self.agent is None or not training or fresh.ndim != 2 or fresh.dtype != np.float32:
             return resolved
         if ids is not None:  # a stock script's pull: observe the tracked rows it holds
             self._observe_ids(step, np.asarray(ids, dtype=np.int64), fresh)
             return resolved
         table, transfer = self.table, self.transfer
-        if table.has_history:  # how stale would this step have been?
+        scoring = own is not None and transfer is not None and transfer.ready
+        if table.has_history and (scoring or self.cfg.measure_staleness):
+            # what would this step have served? (the transfer's gates score it; measured on request)
             used, weight = table.preview(step)
-            if own is not None and transfer is not None and transfer.ready:
+            if scoring:
                 with self.counters.timing("transfer_s"):
                     moved = transfer.transferred(table.synced, own)
                     agent_rows = used
                     used, _ = transfer.serve(agent_rows, moved)
                     transfer.score(moved, agent_rows, fresh)
-            table.measure(used, weight, fresh)
+            if self.cfg.measure_staleness:
+                table.measure(used, weight, fresh)
         table.observe(step, fresh)
         if own is not None and transfer is not None:
             transfer.on_sync(own)
@@ -252,16 +411,25 @@ class HaloResolver:
                            None if seen.all() else np.flatnonzero(seen))
 
     def _resolve_static(self, source, ids) -> Resolved:
+        """Read-only rows: cached ones from the exact cache (``STATIC``), the others pulled
+        (``PULLED``; the cache keeps those it has room for). Duplicates are pulled once."""
         ids = np.asarray(ids, dtype=np.int64)
-        wanted = ids.tolist()
-        missing = [i for i in wanted if i not in self._static_rows]
-        if missing:
-            rows = source.pull(np.array(missing, dtype=np.int64))
-            self._static_rows.update(zip(missing, rows))
-        self.counters.add("served_rows", len(wanted) - len(missing))
-        rows = np.stack([self._static_rows[i] for i in wanted])
-        first = set(missing)
-        origin = np.array([Origin.PULLED if i in first else Origin.STATIC for i in wanted], dtype=np.uint8)
+        cache = self.static_cache
+        slot = cache.slots(ids)
+        miss = slot < 0
+        if miss.any():
+            uniq, inverse = np.unique(ids[miss], return_inverse=True)
+            fetched = np.asarray(source.pull(uniq))
+            cache.admit(uniq, fetched)
+            rows = np.empty((ids.size,) + fetched.shape[1:], dtype=fetched.dtype)
+            rows[miss] = fetched[inverse]
+        else:
+            rows = np.empty((ids.size,) + cache.row_shape, dtype=cache.dtype)
+        hit = ~miss
+        if hit.any():
+            rows[hit] = cache.rows_at(slot[hit])
+        self.counters.add("served_rows", int(hit.sum()))
+        origin = np.where(miss, int(Origin.PULLED), int(Origin.STATIC)).astype(np.uint8)
         return Resolved(rows, origin)
 
     # ------------------------------------------------------------------ set-up

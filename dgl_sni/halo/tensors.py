@@ -15,6 +15,8 @@ from dgl.distributed.kvstore import get_kvstore
 
 from patches.kvstore_lazy_init import lazy_zeros
 
+from .quantize import packed_width, quantized_accumulate_handler
+
 
 def accumulate_push_handler(data_store, name, local_offset, data):
     """DGL push handler: add pushed rows instead of overwriting them (runs in the server)."""
@@ -28,19 +30,24 @@ class LayerTensors:
     zeroed after every read and embedding shards are overwritten before every pull.
     With ``tier_root`` (trainers on the storage tier) the embedding tensors are backed
     by the tier: servers answer pulls from the owners' tier files
-    (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. Made by the
+    (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. With ``quantize``
+    (bits) the embedding tensors hold encoded rows and gradients are pushed encoded
+    (:mod:`dgl_sni.halo.quantize`). Made by the
     worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
 
-    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None):
+    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, quantize: int = 0):
         policy = graph.get_node_partition_policy("_N")
         n = graph.num_nodes()
         kv = get_kvstore()
         self.dims = list(dims)
-        self.tier_root = tier_root
+        self.tier_root, self.quantize = tier_root, quantize
         self.emb, self.grad = {}, {}
         for layer, dim in enumerate(dims, start=1):
-            if tier_root is None:
+            if quantize:  # rows travel encoded (dgl_sni.halo.quantize)
+                self.emb[layer] = DistTensor((n, packed_width(dim, quantize)), torch.uint8,
+                                             name=f"{name}_q{layer}", part_policy=policy)
+            elif tier_root is None:
                 self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
                                              part_policy=policy)
             else:  # rows stay in the owners' tier files; the shard holds no memory
@@ -52,4 +59,5 @@ class LayerTensors:
             # order, and summed in float32 their sum would depend on it
             self.grad[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}",
                                           part_policy=policy)
-            kv.register_push_handler(self.grad[layer].kvstore_key, accumulate_push_handler)
+            kv.register_push_handler(self.grad[layer].kvstore_key,
+                                     quantized_accumulate_handler if quantize else accumulate_push_handler)

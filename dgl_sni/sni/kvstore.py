@@ -1,24 +1,34 @@
 """The switch for existing DistDGL scripts: ``DGL_SNI=1`` or ``dgl_sni.enable(config)``.
 
-:func:`enable` (run automatically after ``dgl.distributed.initialize`` when
-``DGL_SNI=1`` or ``DGL_SNI_CONFIG=path`` is set and the script imports ``dgl_sni``)
-wraps the trainer's KVClient: every ``pull`` goes through :class:`SNIKVClient`, which
-passes untouched any tensor it does not manage, reads local rows from shared memory
-as DGL does, and hands the remote rows of a managed tensor to its
-:class:`~dgl_sni.halo.resolver.HaloResolver` (the same one the full-graph exchange uses),
-which decides per pull:
+:func:`enable` (run automatically after ``dgl.distributed.initialize`` when ``DGL_SNI=1``
+or ``DGL_SNI_CONFIG=path`` is set: the start-up hook imports ``dgl_sni`` with ``dgl``, so
+the script needs no edit) puts :class:`SNIKVClient` in front of the trainer's KVClient
+``pull`` and ``push``. Every pull's ids become int64 (DGL 2.1's distributed pull fails on
+int32); a tensor with its own pull handler, or one that is not managed, goes to DGL's
+``pull`` unchanged. Where rows come from is decided by one
+:class:`~dgl_sni.halo.resolver.HaloResolver` per tensor (the one the full-graph exchange
+uses):
 
-* sync pull (warm-up, then every ``sync_interval``-th pull of that tensor): DGL pulls
-  them; the agent observes them;
-* stale pull: rows come from the agent (history cache, predictions for the rows with
-  the most edges into this machine's partition); rows the agent never saw are pulled.
+* **static node data** (input features: node data DistGraph loaded from the partitions and
+  this machine never wrote, or tensors named in ``static``): remote rows come from a
+  budgeted exact cache (``feature_cache_bytes``), filled on first pull, keeping the rows
+  needed most (in-edges into this partition, then counted accesses); exact at every sync
+  interval.
+* **the per-layer exchange pattern** (a tensor the script created, whose every step is one
+  push of only this machine's rows followed by one pull; from its third step on), or a
+  tensor named in ``tensors``: on sync pulls (warm-up, then every ``sync_interval``-th)
+  DGL pulls the remote rows and the agent observes them; on stale pulls the agent serves
+  them. Local rows always come from shared memory.
+* anything else is exact: any other use of a tensor (a push of other machines' rows, two
+  pulls or two pushes in a step, a pull with no push before it, a second DistTensor
+  constructed on the same data, as evaluation code does with ``persistent=True``) makes it
+  exact for the rest of the run. A named tensor's rows this machine writes are
+  pulled fresh until the next sync. At ``sync_interval`` 1 (or predictor ``none``)
+  nothing can be stale: no agent starts and no pull is served.
 
-A tensor's step is the number of pulls made on it, so a script that reads each
-tensor once per epoch gets an epoch-based schedule without any change. Managed:
-tensors created after ``enable`` (through :class:`SNIDistTensor`, which also becomes
-what ``DistGraph`` creates) or named in ``tensors``; ``static`` tensors (read-only
-data such as input features) are cached after their first pull, exactly. With the
-flag off nothing here is imported or patched: behaviour is DGL's.
+In standalone mode (one process, no servers) nothing can be stale and nothing is served:
+the switch leaves the KVClient alone. Without the variables nothing here is imported or
+patched: behaviour is DGL's.
 """
 from __future__ import annotations
 
@@ -32,15 +42,19 @@ import torch
 import dgl_sni  # noqa: F401
 import dgl
 from dgl.distributed import dist_tensor as _dist_tensor
+from dgl.distributed.kvstore import default_pull_handler as _default_pull_handler
 from dgl.distributed.kvstore import get_kvstore
-from patches import dist_tensor_class, distgraph_init_hook, initialize_hook, kvclient_pull, kvstore_lazy_init
+from dgl.distributed.standalone_kvstore import KVClient as SAKVClient
+from patches import (dist_tensor_class, distgraph_init_hook, initialize_hook, kvclient_pull, kvclient_push,
+                     kvstore_lazy_init)
 
-from ..halo.resolver import HaloResolver
-from ..metrics import Counters
 from ..config import SNIConfig
+from ..config.sni import cache_budget
+from ..halo.resolver import HaloResolver, Origin, StaticRowCache, may_serve_stale
+from ..metrics import Counters
 
 _ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
-_STATE = {"client": None, "graph": None}
+_STATE = {"client": None, "graph": None, "atexit": False}
 
 
 class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
@@ -92,47 +106,167 @@ class SNIDistTensor(_ORIGINAL_DIST_TENSOR):
         super().__setitem__(idx, val)
 
     @property
+    def created_data(self) -> bool:
+        """Whether constructing this handle created the KVStore data (not attached to existing data)."""
+        return bool(self._owner)
+
+    @property
     def sni_stats(self) -> dict:
         client = _STATE["client"]
-        managed = client.managed.get(self.kvstore_key) if client else None
-        return dict(managed.counters.extra) if managed else {}
+        tensor = client.tensors.get(self.kvstore_key) if client else None
+        return dict(tensor.counters.extra) if tensor else {}
 
 
-class _ManagedTensor:
-    """One managed tensor on this trainer: its pull count (the step) and the
-    :class:`~dgl_sni.halo.resolver.HaloResolver` that decides where its remote rows come
-    from. Local rows are read from shared memory as DGL does."""
+class _ExchangeUse:
+    """Whether one tensor is used in the per-layer exchange pattern (owned by :class:`_Tensor`).
 
-    def __init__(self, client: "SNIKVClient", name: str, user_name: str, static: bool):
-        self.client, self.name, self.static = client, name, static
-        self.user_name = user_name
-        _, _, self.policy = client.kv.get_data_meta(name)
+    A step is one push followed by one pull. The pattern holds while every push writes
+    only this machine's rows and every step has exactly one push and one pull; the tensor
+    may be served from the agent once ``ELIGIBLE_AFTER`` steps have completed so (from its
+    third step on). Anything else ends it for the rest of the run (``reason`` says what).
+    """
+
+    ELIGIBLE_AFTER = 2
+
+    def __init__(self):
+        self.pushes = self.pulls = self.steps = 0
+        self.reason = ""
+
+    @property
+    def broken(self) -> bool:
+        return bool(self.reason)
+
+    def _break(self, why: str) -> None:
+        if not self.reason:
+            self.reason = why
+
+    def on_push(self, only_own_rows: bool) -> None:
+        if self.pulls:  # the previous step ended with its pull
+            self.steps += 1
+            self.pushes = self.pulls = 0
+        self.pushes += 1
+        if not only_own_rows:
+            self._break("a push wrote rows of other machines")
+        elif self.pushes > 1:
+            self._break("two pushes in one step")
+
+    def on_pull(self) -> bool:
+        """Count a pull; whether it may be served (the pattern held for enough steps)."""
+        self.pulls += 1
+        if self.pushes == 0:
+            self._break("a pull with no push before it")
+        elif self.pulls > 1:
+            self._break("two pulls in one step")
+        return not self.broken and self.steps >= self.ELIGIBLE_AFTER
+
+
+class _Tensor:
+    """What the switch knows about one KVStore tensor on this trainer: its counters, how it
+    is used, and (where its rows may be served or cached) its
+    :class:`~dgl_sni.halo.resolver.HaloResolver`. Local rows are read from shared memory as
+    DGL does."""
+
+    PULL_LOG = 100_000  # the wire bytes of a tensor's first pulls are kept, one number each
+
+    def __init__(self, client: "SNIKVClient", name: str, user_name: str, role: str):
+        self.client, self.name, self.user_name = client, name, user_name
+        self.role = role  # "static", "exchange" (pattern-detected), "named" (cfg.tensors) or "plain"
+        _, shape, self.policy = client.kv.get_data_meta(name)
+        self.shape = tuple(shape)
         self.counters = Counters()
+        self.use = _ExchangeUse()
         self.step = 0
-        self.resolver = HaloResolver(client.cfg, self.counters, table_id=client.new_table_id(),
-                                     agent=client.agent, edge_counts=client.edge_counts, static=static)
+        self.resolver = None
+        self._dirty = None  # named tensors: rows this machine wrote since the last sync
         self._source = _PullSource(self)
+        if role == "static":
+            self.resolver = HaloResolver(None, self.counters, static=True,
+                                         static_cache=client.new_static_cache(self))
+        elif role in ("exchange", "named") and may_serve_stale(client.cfg):
+            self.resolver = HaloResolver(client.cfg, self.counters, table_id=client.new_table_id(),
+                                         agent=client.agent, edge_counts=client.edge_counts)
+        else:
+            self.role = "plain"
 
+    # ------------------------------------------------------------------ writes
+    def on_push(self, ids: torch.Tensor) -> None:
+        """This machine writes rows ``ids``: what may no longer be served from memory."""
+        if self.role == "plain":
+            return
+        own = self.policy.to_partid(ids) == self.client.kv.machine_id
+        if self.role == "static":
+            if self.user_name in self.client.cfg.static:
+                self.resolver.static_cache.invalidate(ids.numpy())
+            else:  # detected as read-only, but written: exact from now on
+                self.resolver.static_cache.invalidate()
+                self._to_plain("written by this machine")
+        elif self.role == "exchange":
+            self.use.on_push(bool(own.all()))
+            if self.use.broken:
+                self._to_plain(self.use.reason)
+        elif not bool(own.all()):  # named: remote rows written here are pulled until a sync
+            written = ids[~own].numpy()
+            self._dirty = written if self._dirty is None else np.union1d(self._dirty, written)
+
+    def on_new_handle(self) -> None:
+        """The script constructed another DistTensor on this data (a reused buffer)."""
+        if self.role == "exchange":
+            self.use.reason = self.use.reason or "created again (a reused buffer)"
+            self._to_plain(self.use.reason)
+
+    def _to_plain(self, why: str) -> None:
+        self.role, self.resolver = "plain", None
+        self.counters.extra["exact_because"] = why
+
+    # ------------------------------------------------------------------ reads
     def pull(self, ids: torch.Tensor) -> torch.Tensor:
-        kv, step = self.client.kv, self.step
+        kv = self.client.kv
+        step = self.step  # the tensor's step is its pull count, exact pulls included
         self.step += 1
-        ids = ids.to(torch.int64)
+        if self.role == "exchange" and not self.use.on_pull():
+            if self.use.broken:
+                self._to_plain(self.use.reason)
+            return self.client.plain_pull(self, ids)
+        # DGL 2.1's KVClient keeps its handlers in ``_pull_handlers`` (no public accessor)
+        if self.role == "plain" or kv._pull_handlers.get(self.name) is not _default_pull_handler:
+            return self.client.plain_pull(self, ids)  # a handler of the script's own sees every row
         part = self.policy.to_partid(ids)
         local = part == kv.machine_id
         store = kv.data_store[self.name]
         out = torch.empty((ids.numel(),) + tuple(store.shape[1:]), dtype=store.dtype)
         out[local] = store[self.policy.to_local(ids[local])]
         remote = torch.nonzero(~local).flatten()
+        self.counters.add("remote_rows", int(remote.numel()))
         if remote.numel():
-            resolved = self.resolver.resolve(step, True, self._source, ids=ids[remote].numpy())
-            out[remote] = torch.from_numpy(resolved.rows)
+            rids = ids[remote].numpy()
+            fresh = self._fresh_rows(step, rids)
+            if fresh is not None and fresh.any():
+                rows = self.client.original_pull(self.name, torch.from_numpy(rids[fresh]))
+                out[remote[torch.from_numpy(fresh)]] = rows
+                self.counters.add("pulled_rows", int(fresh.sum()))
+                self.counters.add("pulled_bytes", rows.numel() * rows.element_size())
+                remote, rids = remote[torch.from_numpy(~fresh)], rids[~fresh]
+            if rids.size:
+                resolved = self.resolver.resolve(step, True, self._source, ids=rids)
+                out[remote] = torch.from_numpy(resolved.rows)
         return out
+
+    def _fresh_rows(self, step: int, rids: np.ndarray):
+        """Named tensors: which of ``rids`` must be pulled now (written here since the last sync)."""
+        if self._dirty is None:
+            return None
+        if self.resolver.mode(step) == "sync":  # the sync pulls and observes them all
+            self._dirty = None
+            return None
+        return np.isin(rids, self._dirty)
 
 
 class _PullSource:
-    """A managed tensor's remote rows through DGL's own pull (the script publishes its rows)."""
+    """A tensor's remote rows through DGL's own pull (the script publishes its rows)."""
 
-    def __init__(self, tensor: _ManagedTensor):
+    origin = Origin.PULLED
+
+    def __init__(self, tensor: _Tensor):
         self.tensor = tensor
 
     def publish(self) -> None:
@@ -149,50 +283,145 @@ class _PullSource:
         return self.tensor.client.original_pull(self.tensor.name, torch.from_numpy(self.tensor.resolver.ids)).numpy()
 
 
-class SNIKVClient:
-    """Sits in front of DGL's KVClient ``pull`` (the trainer's one instance)."""
+def _as_ids(id_tensor) -> torch.Tensor:
+    """Row ids as DGL's distributed pull needs them: a 1-d int64 tensor."""
+    ids = id_tensor if isinstance(id_tensor, torch.Tensor) else torch.as_tensor(id_tensor)
+    if ids.dtype == torch.bool:
+        raise TypeError("DistTensor rows are indexed by ids, not a boolean mask")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex:
+        raise TypeError(f"DistTensor row ids must be integers, got {ids.dtype}")
+    return ids.to(torch.int64) if ids.dtype != torch.int64 else ids
 
-    def __init__(self, kv, cfg: SNIConfig):
-        self.kv, self.cfg = kv, cfg
-        self.original_pull = kv.pull
-        self.managed = {}
+
+class SNIKVClient:
+    """Sits in front of DGL's KVClient ``pull`` and ``push`` (the trainer's one instance).
+
+    Created by :func:`enable`; in standalone mode (``standalone=True``) it touches nothing.
+    """
+
+    def __init__(self, kv, cfg: SNIConfig, standalone: bool = False):
+        self.kv, self.cfg, self.standalone = kv, cfg, standalone
+        self.tensors = {}
         self._agent = None
+        self.agent_started = False
         self._next_table = 0
+        self._halo = None  # (ids, in-edge counts) of this partition's halo nodes
+        self._cache_left = None  # bytes of the feature cache budget not yet given to a tensor
+        if standalone:
+            self.original_pull = self.original_push = None
+            return
+        self.original_pull, self.original_push = kv.pull, kv.push
         kvclient_pull.install(kv, self.pull)  # DistTensor.__getitem__ calls self.kvstore.pull(...)
+        kvclient_push.install(kv, self.push)  # DistTensor.__setitem__ calls self.kvstore.push(...)
+
+    @property
+    def managed(self) -> dict:
+        """The tensors whose rows may be served or cached now, by KVStore name."""
+        return {n: t for n, t in self.tensors.items() if t.role != "plain"}
 
     def register(self, tensor, created_by_script: bool) -> None:
-        name = tensor.kvstore_key
-        user = tensor.tensor_name
-        static = user in self.cfg.static
-        wanted = user in self.cfg.tensors or static or (created_by_script and not self.cfg.tensors)
-        if wanted and name not in self.managed and self.cfg.enabled:
-            self.managed[name] = _ManagedTensor(self, name, user, static)
+        """A DistTensor was constructed: decide its role (once per KVStore name)."""
+        if self.standalone or not self.cfg.enabled:
+            return
+        name, user = tensor.kvstore_key, tensor.tensor_name
+        if name in self.tensors and not tensor.created_data:
+            # another handle on a known tensor: a buffer reused (persistent=True, as evaluation
+            # code does), not the per-layer exchange
+            self.tensors[name].on_new_handle()
+            return
+        policy = tensor.part_policy
+        graph_node_data = not created_by_script and policy.policy_str.startswith("node")
+        if user in self.cfg.static or (graph_node_data and user not in self.cfg.tensors):
+            role = "static" if self._cache_on() else "plain"
+        elif user in self.cfg.tensors:
+            role = "named"
+        elif created_by_script and not self.cfg.tensors:
+            role = "exchange"
+        else:
+            role = "plain"
+        self.tensors[name] = _Tensor(self, name, user, role)
+
+    def _cache_on(self) -> bool:
+        return cache_budget(self.cfg.feature_cache_bytes, 1 << 40) > 0
+
+    def new_static_cache(self, tensor: _Tensor) -> StaticRowCache:
+        """The exact cache of a static tensor's remote rows, sized from ``feature_cache_bytes``."""
+        row_bytes = int(np.prod(tensor.shape[1:], dtype=np.int64)) * \
+            torch.empty((), dtype=self.kv.get_data_meta(tensor.name)[0]).element_size()
+        remote_rows = tensor.shape[0] - tensor.policy.get_part_size()
+        text = str(self.cfg.feature_cache_bytes).strip()
+        if text.endswith("%"):
+            budget = cache_budget(text, remote_rows * row_bytes)
+        else:  # one pool per trainer, given out as tensors are created
+            if self._cache_left is None:
+                self._cache_left = cache_budget(text, 0)
+            budget = min(self._cache_left, remote_rows * row_bytes)
+            self._cache_left -= budget
+        capacity = int(budget // max(row_bytes, 1))
+        tensor.counters.extra["cache_capacity_rows"] = capacity
+        return StaticRowCache(capacity, ranking=self.halo_ranking)
+
+    def plain_pull(self, tensor: _Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """DGL's own pull, with the remote rows counted."""
+        rows = self.original_pull(tensor.name, ids)
+        if ids.numel():
+            remote = int((tensor.policy.to_partid(ids) != self.kv.machine_id).sum())
+            c = tensor.counters
+            c.add("remote_rows", remote)
+            c.add("pulled_rows", remote)
+            c.add("pulled_bytes", remote * (rows.numel() // max(ids.numel(), 1)) * rows.element_size())
+        return rows
 
     def pull(self, name, id_tensor):
-        managed = self.managed.get(name)
-        if managed is None:
-            return self.original_pull(name, id_tensor)
-        return managed.pull(id_tensor)
+        ids = _as_ids(id_tensor)
+        t = self.tensors.get(name)
+        if t is None:
+            return self.original_pull(name, ids)
+        t.counters.add("pulls", 1)
+        if ids.numel() == 0:
+            dtype, shape, _ = self.kv.get_data_meta(name)
+            return torch.empty((0,) + tuple(shape[1:]), dtype=dtype)
+        wire_before = t.counters.extra.get("pulled_bytes", 0)
+        rows = t.pull(ids)
+        log = t.counters.extra.setdefault("pulled_bytes_by_pull", [])  # benchmarks: bytes per epoch
+        if len(log) < t.PULL_LOG:
+            log.append(t.counters.extra.get("pulled_bytes", 0) - wire_before)
+        return rows
+
+    def push(self, name, id_tensor, data_tensor):
+        ids = _as_ids(id_tensor)
+        t = self.tensors.get(name)
+        if t is not None and ids.numel():
+            t.on_push(ids)
+        return self.original_push(name, ids, data_tensor)
 
     def agent(self):
         if self._agent is None:
             self._agent = self.cfg.start_agent()
+            self.agent_started = True
         return self._agent
 
     def new_table_id(self) -> int:
         self._next_table += 1
         return self._next_table
 
+    def halo_ranking(self) -> tuple:
+        """This partition's halo node ids and their in-edges into it (empty without a DistGraph)."""
+        if self._halo is None:
+            g = _STATE["graph"]
+            if g is None:
+                self._halo = (np.zeros(0, np.int64), np.zeros(0, np.int64))
+            else:
+                lg = g.local_partition
+                u, v = lg.edges(form="uv", order="eid")
+                inner = lg.ndata["inner_node"].bool()
+                src = lg.ndata[dgl.NID][u[inner[v] & ~inner[u]]].numpy()
+                self._halo = np.unique(src, return_counts=True)
+        return self._halo
+
     def edge_counts(self, ids: np.ndarray) -> np.ndarray:
         """Edges from each id into this machine's partition (0 without a DistGraph)."""
-        g = _STATE["graph"]
-        if g is None:
-            return np.zeros(ids.size, np.int64)
-        lg = g.local_partition
-        u, v = lg.edges(form="uv", order="eid")
-        inner = lg.ndata["inner_node"].bool()
-        src = lg.ndata[dgl.NID][u[inner[v] & ~inner[u]]].numpy()
-        uniq, counts = np.unique(src, return_counts=True)
+        uniq, counts = self.halo_ranking()
         out = np.zeros(ids.size, np.int64)
         if uniq.size:
             pos = np.minimum(np.searchsorted(uniq, ids), uniq.size - 1)
@@ -201,12 +430,22 @@ class SNIKVClient:
         return out
 
     def stats(self) -> dict:
-        return {t.user_name: dict(t.counters.extra) for t in self.managed.values()}
+        """Per tensor (by its name): its role and counters; ``__switch__``: the switch itself."""
+        out = {t.user_name: dict(t.counters.extra, role=t.role) for t in self.tensors.values()}
+        out["__switch__"] = dict(agent_started=self.agent_started, standalone=self.standalone)
+        return out
 
     def close(self) -> None:
+        if not self.standalone:
+            kvclient_pull.uninstall()
+            kvclient_push.uninstall()
         if self._agent is not None:
             self._agent.close()
             self._agent = None
+
+
+def _is_standalone(kv) -> bool:
+    return isinstance(kv, SAKVClient) or os.environ.get("DGL_DIST_MODE", "standalone") == "standalone"
 
 
 def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
@@ -214,19 +453,32 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
     if isinstance(config, dict):
         config = SNIConfig.from_dict(config)
     cfg = (config or SNIConfig.from_env() or SNIConfig()).validate()
+    budget = os.environ.get("DGL_SNI_CACHE_BUDGET")  # dgl-sni launch --cache-budget
+    if budget:
+        cfg.feature_cache_bytes = budget
+        cfg.validate()
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")
-    if _STATE["client"] is None:
-        _STATE["client"] = SNIKVClient(kv, cfg)
-        dist_tensor_class.install(SNIDistTensor)  # also what DistGraph constructs
-        distgraph_init_hook.install(_remember_graph)
-        atexit.register(_at_exit)
+    client = _STATE["client"]
+    if client is not None and client.kv is not kv:  # a new initialize() after exit_client()
+        client.close()
+        client = _STATE["client"] = None
+        _STATE["graph"] = None
+    if client is None:
+        standalone = _is_standalone(kv)
+        client = _STATE["client"] = SNIKVClient(kv, cfg, standalone=standalone)
+        if not standalone:
+            dist_tensor_class.install(SNIDistTensor)  # also what DistGraph constructs
+            distgraph_init_hook.install(_remember_graph)
+        if not _STATE["atexit"]:
+            atexit.register(_at_exit)
+            _STATE["atexit"] = True
     else:
-        _STATE["client"].cfg = cfg
+        client.cfg = cfg
     if graph is not None:
         _STATE["graph"] = graph
-    return _STATE["client"]
+    return client
 
 
 def sni_stats() -> dict:

@@ -1,5 +1,13 @@
-"""Which training steps exchange halo embeddings for real."""
+"""Which training steps exchange halo embeddings for real.
+
+:class:`SyncSchedule` is the fixed schedule (warm-up, then every ``interval``-th step);
+:class:`DriftSchedule` syncs when the weights have moved too far since the last sync
+(:class:`WeightDrift`), within a staleness budget. The full-graph exchange owns one per job; the stock-script
+switch gives each managed tensor a fixed one.
+"""
 from __future__ import annotations
+
+from typing import Protocol
 
 
 class SyncSchedule:
@@ -19,3 +27,72 @@ class SyncSchedule:
 
     def mode(self, step: int) -> str:
         return "sync" if self.is_sync(step) else "stale"
+
+
+class DriftMeter(Protocol):
+    """How far what the halo rows depend on has moved since the last sync."""
+
+    def __call__(self) -> float: ...
+
+    def snapshot(self) -> None: ...
+
+
+class WeightDrift:
+    """Relative change of a model's weights since the last sync: the largest over the given
+    parameters of ``||W - W_sync|| / ||W_sync||``. The weights are the same on every worker,
+    so every worker measures the same, with no traffic. Made by the worker for the layers
+    whose outputs are exchanged, read by :class:`DriftSchedule`."""
+
+    def __init__(self, params):
+        self.params = [p for p in params]
+        self.snapshot()
+
+    def snapshot(self) -> None:
+        self._ref = [p.detach().clone() for p in self.params]
+
+    def __call__(self) -> float:
+        drift = 0.0
+        for p, ref in zip(self.params, self._ref):
+            scale = float(ref.norm())
+            drift = max(drift, float((p.detach() - ref).norm()) / max(scale, 1e-12))
+        return drift
+
+
+class DriftSchedule:
+    """Warm-up steps sync; afterwards a step syncs when its meter reads more than ``bound``
+    (the weights moved that far since the last sync), or when ``budget`` steps have passed
+    since the last sync.
+
+    Early in training, or after a jump, the weights move fast and steps sync often; later
+    the schedule runs up to ``budget``. Without a meter it is the fixed schedule of interval
+    ``budget`` after warm-up.
+    """
+
+    def __init__(self, warmup: int, budget: int, bound: float, meter: DriftMeter | None = None,
+                 enabled: bool = True):
+        self.warmup, self.budget, self.bound, self.enabled = warmup, budget, bound, enabled
+        self.meter = meter
+        self._modes = {}
+        self._last_sync = None
+        self.last_drift = 0.0
+
+    def mode(self, step: int) -> str:
+        if step not in self._modes:
+            sync = self._syncs(step)
+            self._modes = {step: "sync" if sync else "stale"}  # only the current step is asked again
+            if sync:
+                self._last_sync = step
+                if self.meter is not None:
+                    self.meter.snapshot()
+        return self._modes[step]
+
+    def is_sync(self, step: int) -> bool:
+        return self.mode(step) == "sync"
+
+    def _syncs(self, step: int) -> bool:
+        if not self.enabled or step < self.warmup or self._last_sync is None:
+            return True
+        if step - self._last_sync >= self.budget:
+            return True
+        self.last_drift = self.meter() if self.meter is not None else 0.0
+        return self.last_drift > self.bound

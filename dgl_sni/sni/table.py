@@ -6,10 +6,17 @@ asks it for rows on stale steps, and measures how far served rows are from the t
 ones when those are known. Owned by a :class:`~dgl_sni.halo.resolver.HaloResolver` (one
 per hidden layer of the full-graph exchange, one per managed tensor of the stock-script
 switch).
+
+The agent may die or stall (``dpu_agent.supervisor``): then a stale step gets the rows of
+the last sync (the cache, weight 0), observations only update the trainer's copy, and at
+the next sync, once an agent is back (a new generation), the table is created again there
+and re-seeded with the rows of that sync.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from dpu_agent.supervisor import AgentLost
 
 from ..metrics import Counters
 from ..config import SNIConfig
@@ -27,42 +34,79 @@ class HaloTable:
         self.sampled = importance_mask(edge_counts, self.ids, cfg.sampling_ratio)
         self.num_rows = int(self.ids.size)
         self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
-        kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
-        params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
-        agent.add_table(table_id, self.num_rows, dim, self.sampled, kind, **params)
+        self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
+        self._params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
+        self._generation = agent.generation  # the agent generation that holds this table
+        agent.add_table(table_id, self.num_rows, dim, self.sampled, self._kind, **self._params)
 
     @property
     def has_history(self) -> bool:
         return self.synced is not None
 
+    @property
+    def _agent_holds_table(self) -> bool:
+        return self.agent.alive and self.agent.generation == self._generation
+
+    def _last_sync(self):
+        """What a stale step gets without an agent: the rows of the last sync, weight 0."""
+        rows = self.synced.copy() if self.synced is not None else np.zeros((self.num_rows, self.dim), np.float32)
+        return rows, np.zeros(self.num_rows, np.float32)
+
     def prefetch(self, step: int) -> None:
         """Let the agent start computing the rows of ``step`` (returns at once)."""
-        if self.num_rows:
-            self.agent.request(self.table_id, step)
+        if self.num_rows and self._agent_holds_table:
+            try:
+                self.agent.request(self.table_id, step)
+            except AgentLost:
+                pass
 
-    def served(self, step: int):
-        """Rows and predictor weights the agent serves at ``step`` (waits for them)."""
+    def served(self, step: int, preview: bool = False):
+        """Rows and predictor weights the agent serves at ``step`` (waits for them); the
+        rows of the last sync when the agent is gone."""
         if not self.num_rows:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
-        return self.agent.result(self.table_id, step)
+        if self._agent_holds_table:
+            try:
+                return self.agent.result(self.table_id, step, preview)
+            except AgentLost:
+                pass
+        return self._last_sync()
 
     def preview(self, step: int):
         """What the agent would serve at ``step``, without advancing any state."""
-        return self.agent.result(self.table_id, step, preview=True)
+        return self.served(step, preview=True)
 
     def observe(self, step: int, rows: np.ndarray, row_ids: np.ndarray | None = None) -> None:
-        """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``."""
+        """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``; re-seeds
+        an agent that came back since the last sync."""
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
-        self.agent.observe(self.table_id, step, rows, row_ids)
         if row_ids is None:
             self.synced = rows.copy()
         elif self.synced is not None:
             self.synced[row_ids] = rows
+        if not self.agent.alive:
+            self.agent.revive()
+        try:
+            if self._agent_holds_table:
+                self.agent.observe(self.table_id, step, rows, row_ids)
+            elif self.agent.alive and self.synced is not None:
+                self.agent.add_table(self.table_id, self.num_rows, self.dim, self.sampled, self._kind,
+                                     **self._params)
+                self._generation = self.agent.generation
+                self.agent.observe(self.table_id, step, self.synced)
+        except AgentLost:
+            pass
 
     def drift(self, step: int) -> np.ndarray:
-        return self.agent.drift(self.table_id, step)
+        """Predicted drift per row (adaptive policy); without an agent every row is due."""
+        if self._agent_holds_table:
+            try:
+                return self.agent.drift(self.table_id, step)
+            except AgentLost:
+                pass
+        return np.full(self.num_rows, np.inf, np.float32)
 
     def measure(self, used: np.ndarray, weight: np.ndarray, true: np.ndarray) -> None:
         """Add the L2 errors of ``used`` rows and of the cache against ``true`` rows.

@@ -29,6 +29,13 @@
 #include <mutex>
 #include <vector>
 
+// AVX2 clones on x86-64 only (the aarch64 agent and other targets get the portable loops).
+#if defined(__x86_64__) && !defined(SNI_NO_CLONES)
+#define SNI_TARGET_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define SNI_TARGET_CLONES
+#endif
+
 namespace sni {
 namespace pred {
 
@@ -230,7 +237,7 @@ __attribute__((always_inline)) inline void trend_prefetch(const TrendLayout& L, 
 }
 
 // The paper's self-feeding step over validated rows.
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void trend_step_rows(const TrendLayout& L, NodeStore& s, const int64_t* ids, int64_t n, double t,
                             const float* obs, const uint8_t* mask, float* out, double beta, double lam,
                             double eps) {
@@ -282,7 +289,7 @@ inline void trend_step_rows(const TrendLayout& L, NodeStore& s, const int64_t* i
 
 // x_pred of the self-feeding step at time t, read-only (what `step` without an
 // observation would return, without feeding it back): x_last + N * dt*exp(-beta*dt)/max(D, eps).
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void trend_peek_rows(const TrendLayout& L, NodeStore& s, const int64_t* ids, int64_t n, double t,
                             float* out, double beta, double eps) {
     const int64_t dim = L.dim, pf = prefetch_distance(dim);
@@ -304,7 +311,7 @@ inline void trend_peek_rows(const TrendLayout& L, NodeStore& s, const int64_t* i
 
 // hbar + dt*Phi*exp(-lam_pred*dt) over the ring (read-only), written as one pass over the
 // K entries: y = alpha*H_last + sum_k [ (1-alpha)/K * H_k + c_k (H_k - H_{k-1}) ].
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void trend_window_rows(const TrendLayout& L, NodeStore& s, const int64_t* ids, int64_t n, double t,
                               double alpha, double scale, double lam_pred, double eps, float* out,
                               double* coef, int64_t* slots) {
@@ -462,7 +469,7 @@ private:
 
 // ---------------------------------------------------------------------------------------
 // Holt's double exponential smoothing: record [l: dim][b: dim], t_last in NodeMeta.
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void holt_observe_rows(NodeStore& s, int64_t dim, const int64_t* ids, int64_t n, double t,
                               const float* obs, double alpha, double beta_trend, double eps) {
     const int64_t pf = prefetch_distance(dim);
@@ -496,7 +503,7 @@ inline void holt_observe_rows(NodeStore& s, int64_t dim, const int64_t* ids, int
     }
 }
 
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void holt_forecast_rows(NodeStore& s, int64_t dim, const int64_t* ids, int64_t n, double t, float* out) {
     const int64_t pf = prefetch_distance(dim);
     for (int64_t r = 0; r < n; ++r) {
@@ -618,7 +625,7 @@ __attribute__((always_inline)) inline void gate_observe_row(float* __restrict__ 
     sums[0] = s0; sums[1] = s1; sums[2] = s2; sums[3] = s3;
 }
 
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void gate_observe_rows(const TrendLayout& L, NodeStore& s, const int64_t* ids, int64_t n, double t,
                               const float* obs, const GateParams& P) {
     const int64_t dim = L.dim, W = L.window, pf = prefetch_distance(dim);
@@ -668,7 +675,7 @@ inline void gate_observe_rows(const TrendLayout& L, NodeStore& s, const int64_t*
     }
 }
 
-__attribute__((target_clones("avx2", "default")))
+SNI_TARGET_CLONES
 inline void gate_serve_rows(const TrendLayout& L, NodeStore& s, const int64_t* ids, int64_t n, double t,
                             float* out, float* wout, const GateParams& P) {
     const int64_t dim = L.dim, pf = prefetch_distance(dim);

@@ -7,10 +7,9 @@ from ctypes import byref, c_uint8, c_uint32, c_uint64, c_void_p
 import numpy as np
 
 from ..transport import AgentTransport, region_layout
-from . import framing
 from .bindings import (ACCESS_LOCAL_READ_WRITE, CONN_CB, DOCA_ERROR_NO_MEMORY, DOCA_ERROR_NOT_FOUND,
                        DOCA_ERROR_TIME_OUT, DOCA_SUCCESS, PTR_LIST, REP_FILTER_NET, TASK_CB, DocaError)
-from .memory import Pages
+from .memory import REGION_BLOB, Pages
 from .side import DocaSide
 
 
@@ -26,7 +25,8 @@ class _Region:
 
 
 class DocaAgentTransport(DocaSide, AgentTransport):
-    """Agent side of the DOCA transport (on the DPU), driven by ``serve_forever``.
+    """Agent side of the DOCA transport in Python (ctypes), driven by ``serve_forever``; the
+    agent that runs on the DPU is the binary's C++ twin (``csrc/agent/doca_transport.hpp``).
 
     Owns the device and its representor, a Comch server named ``name`` (serving the first
     trainer that connects), a DMA context with a buffer inventory, and per table the
@@ -136,12 +136,12 @@ class DocaAgentTransport(DocaSide, AgentTransport):
         """Next message; waits for a trainer to connect; None once it has gone."""
         while True:
             if self._inbox:
-                return framing.decode(self._inbox.popleft())
+                return self._inbox.popleft()
             if self._peer_gone:
                 return None
             self._progress_until(lambda: self._inbox or self._peer_gone)
 
-    def send(self, msg: dict) -> None:
+    def send(self, msg: bytes) -> None:
         self._send_msg(msg)
 
     def attach(self, table, num_rows, dim, regions):
@@ -150,14 +150,17 @@ class DocaAgentTransport(DocaSide, AgentTransport):
             raise ValueError(f"table {table} is already attached")
         attached = {}
         self.tables[table] = attached  # released by close() even if this fails half-way
-        for name, (dtype, shape) in region_layout(num_rows, dim).items():
-            info = regions[name]
-            if np.dtype(info["dtype"]) != np.dtype(dtype) or tuple(info["shape"]) != tuple(shape):
-                raise ValueError(f"region '{name}' of table {table}: trainer announced {info['dtype']} "
-                                 f"{tuple(info['shape'])}, expected {np.dtype(dtype).str} {tuple(shape)}")
+        for (name, (dtype, shape)), blob in zip(region_layout(num_rows, dim).items(), regions):
+            if len(blob) <= REGION_BLOB.size:
+                raise ValueError(f"region '{name}' of table {table}: descriptor of {len(blob)} bytes")
+            addr, nbytes = REGION_BLOB.unpack_from(blob)
+            desc = bytes(blob[REGION_BLOB.size:])
+            want = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            if nbytes != want:
+                raise ValueError(f"region '{name}' of table {table}: trainer announced {nbytes} bytes, "
+                                 f"expected {want}")
             remote = c_void_p()
-            self.doca.doca_mmap_create_from_export(None, info["desc"], len(info["desc"]), self.dev,
-                                                   byref(remote))
+            self.doca.doca_mmap_create_from_export(None, desc, len(desc), self.dev, byref(remote))
             pages = Pages(dtype, shape)
             try:
                 local = self._register(pages.addr, pages.length, ACCESS_LOCAL_READ_WRITE)
@@ -165,7 +168,7 @@ class DocaAgentTransport(DocaSide, AgentTransport):
                 self.doca.doca_mmap_destroy(remote)
                 pages.close()
                 raise
-            attached[name] = _Region(remote.value, int(info["addr"]), int(info["nbytes"]), pages, local)
+            attached[name] = _Region(remote.value, int(addr), int(nbytes), pages, local)
 
     def _region(self, table, name) -> _Region:
         try:

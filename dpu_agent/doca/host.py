@@ -6,7 +6,9 @@ from ctypes import byref, c_size_t, c_void_p
 
 import numpy as np
 
+from .. import protocol
 from ..transport import HostEndpoint, region_layout
+from .memory import REGION_BLOB
 from .bindings import (ACCESS_PCI_READ_WRITE, CTX_RUNNING, DOCA_ERROR_IN_PROGRESS, DOCA_ERROR_NO_MEMORY,
                        DOCA_ERROR_TIME_OUT, DOCA_SUCCESS, DocaError)
 from .memory import Pages
@@ -59,9 +61,10 @@ class DocaHostEndpoint(DocaSide, HostEndpoint):
             self.client, self._conn, frame, length, task, ok=(DOCA_SUCCESS, DOCA_ERROR_NO_MEMORY))
 
     # ------------------------------------------------------------ HostEndpoint
-    def new_table(self, table: int, num_rows: int, dim: int) -> dict:
+    def new_table(self, table: int, num_rows: int, dim: int) -> list:
         """Allocate and export the table's regions; returns what the agent needs to import
-        them: per region the export descriptor, host address, size, dtype and shape."""
+        them: per region (``REGIONS`` order) host address and size (``REGION_BLOB``), then
+        the export descriptor."""
         if table in self.tables:
             raise ValueError(f"table {table} already has regions")
         owned, regions = {}, {}
@@ -72,21 +75,23 @@ class DocaHostEndpoint(DocaSide, HostEndpoint):
             owned[name] = (pages, mm)
             desc, desc_len = c_void_p(), c_size_t()
             self.doca.doca_mmap_export_pci(mm, self.dev, byref(desc), byref(desc_len))
-            regions[name] = dict(desc=ctypes.string_at(desc, desc_len.value), addr=pages.addr,
-                                 nbytes=pages.nbytes, dtype=np.dtype(dtype).str, shape=tuple(shape))
-        return regions
+            regions[name] = (REGION_BLOB.pack(pages.addr, pages.nbytes)
+                             + ctypes.string_at(desc, desc_len.value))
+        return list(regions.values())
 
     def region(self, table: int, name: str) -> np.ndarray:
         return self.tables[table][name][0].array
 
     def send(self, msg: dict) -> None:
-        self._send_msg(msg)
+        self._send_msg(protocol.encode(msg))
 
-    def recv(self):
-        msg = self._next_msg()
+    def recv(self, timeout: float | None = None) -> dict:
+        msg = self._next_msg(timeout)
         if msg is None:
+            if timeout is not None and self._connected():
+                raise TimeoutError(f"the agent behind Comch service '{self.name}' did not answer in {timeout} s")
             raise EOFError(f"the agent behind Comch service '{self.name}' went away")
-        return msg
+        return protocol.decode_reply(msg[:protocol.HEADER.size], msg[protocol.HEADER.size:])
 
     def poll(self, timeout: float) -> bool:
         """True when a message (or the end of the connection) is ready for :meth:`recv`."""

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 import mmap
+import struct
 
 import numpy as np
 
 PAGE = mmap.PAGESIZE
+# a DOCA region descriptor in add_table: u64 host address, u64 bytes, then the export descriptor
+REGION_BLOB = struct.Struct("<QQ")
 
 
 class Pages:

@@ -7,6 +7,7 @@ from abc import ABC, abstractmethod
 from collections import deque
 from ctypes import byref, c_int, c_uint8, c_uint32, c_void_p
 
+from .. import protocol
 from . import framing
 from .bindings import (CTX_IDLE, DOCA_ERROR_AGAIN, DOCA_ERROR_IN_PROGRESS, DOCA_ERROR_INVALID_VALUE,
                        DOCA_ERROR_NOT_FOUND, DOCA_ERROR_TIME_OUT, DOCA_SUCCESS, GONE_ERRORS, PTR_LIST,
@@ -135,8 +136,8 @@ class DocaSide(ABC):
     def _gone(self, why: str) -> ConnectionResetError:
         return ConnectionResetError(f"Comch connection '{self.name}' is closed ({why})")
 
-    def _send_msg(self, msg: dict) -> None:
-        """Send ``msg`` as frames of at most ``max_msg`` bytes, wait for completion."""
+    def _send_msg(self, msg: bytes) -> None:
+        """Send one protocol message as frames of at most ``max_msg`` bytes, wait for completion."""
         self.doca.doca_pe_progress(self.pe)  # notice a vanished peer before sending
         if not self._connected():
             raise self._gone("the peer went away")
@@ -200,9 +201,9 @@ class DocaSide(ABC):
             self._cb_errors.append(err)
 
     def _next_msg(self, timeout: float | None = None):
-        """Next whole message, or None when the peer has gone (or ``timeout`` passed)."""
+        """Next whole message (bytes), or None when the peer has gone (or ``timeout`` passed)."""
         self._progress_until(lambda: self._inbox or not self._connected(), timeout)
-        return framing.decode(self._inbox.popleft()) if self._inbox else None
+        return self._inbox.popleft() if self._inbox else None
 
     # ------------------------------------------------------------ teardown
     @staticmethod

@@ -19,7 +19,12 @@ OLD_KEYS = (
     "seed eval_every sync_interval sampling_ratio warmup predictor stale_grad sync_policy drift_bound "
     "measure_staleness transfer agent doca_pci doca_name storage_tier device_mem_budget host_cache_budget "
     "subparts quiet metrics checkpoint_dir checkpoint_every epoch_gate sweep").split()
-STOCK_SCRIPT_ONLY = {"tensors", "static"}  # SNIConfig fields read from DGL_SNI_CONFIG only
+STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DGL_SNI_CONFIG only
+# settings added since the parts existed (issues 11 and 13)
+NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir"}
+# settings the non-default config below leaves at their defaults, and why
+KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
+        "agent_dir": "standalone socket agents need --agent process (the config sets inline)"}
 
 
 def _train_parser():
@@ -38,7 +43,8 @@ def _non_default() -> TrainConfig:
         sync_policy="adaptive", drift_bound=0.1, measure_staleness=True, transfer=False, agent="inline",
         doca_pci="0000:03:00.0", doca_name="sni-x", window=6, beta=0.5, lam=0.05, storage_tier="/t",
         device_mem_budget="512M", host_cache_budget="4G", subparts=3, quiet=True, metrics="/m.json",
-        checkpoint_dir="/c", checkpoint_every=2, epoch_gate="/g", sweep="/s.json")).validate()
+        checkpoint_dir="/c", checkpoint_every=2, epoch_gate="/g", sweep="/s.json", sync_drift=0.2,
+        stale_eval=True, agent_timeout=3.0)).validate()
 
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["partition"], ["launch"]], ids=["top", "train", "partition", "launch"])
@@ -99,12 +105,19 @@ def test_train_keeps_its_defaults_and_the_stock_switch_keeps_its_own():
 def test_flags_round_trip_a_non_default_config():
     cfg = _non_default()
     defaults = TrainConfig().as_dict()
-    assert all(value != defaults[key] for key, value in cfg.as_dict().items())  # every setting moved
+    assert all(value != defaults[key] for key, value in cfg.as_dict().items() if key not in KEPT)  # all moved
     argv = cfg.to_argv()
     assert "--no-transfer" in argv and "--measure-staleness" in argv and "--quiet" in argv
     for flag, value in (("--window", "6"), ("--beta", "0.5"), ("--lam", "0.05")):
         assert argv[argv.index(flag) + 1] == value
     assert from_args(_train_parser().parse_args(argv)) == cfg
+
+
+def test_the_settings_it_keeps_round_trip_too():
+    cfg = TrainConfig.from_dict(dict(quantize=4, agent="process", agent_dir="/a", sync_interval=3)).validate()
+    assert from_args(_train_parser().parse_args(cfg.to_argv())) == cfg
+    with pytest.raises(ValueError, match="--quantize is not supported with --storage-tier"):
+        TrainConfig.from_dict(dict(quantize=8, storage_tier="/t")).validate()
 
 
 def test_worker_parses_the_same_flags():
@@ -128,7 +141,7 @@ def test_worker_flags_rebuild_the_config_with_default_on_switches():
 def test_metrics_config_stays_flat():
     cfg = _non_default()
     flat = cfg.as_dict()
-    assert set(flat) == set(OLD_KEYS) | {"window", "beta", "lam"}
+    assert set(flat) == set(OLD_KEYS) | {"window", "beta", "lam"} | NEW_KEYS
     assert all(not isinstance(v, dict) for v in flat.values())
     assert TrainConfig.from_dict(flat) == cfg
     with pytest.raises(ValueError, match="unknown setting"):
@@ -139,7 +152,7 @@ def test_sweep_changes_only_what_it_did(tmp_path):
     assert set(SWEEPABLE) == {"model", "layers", "hidden", "heads", "epochs", "lr", "dropout", "weight_decay",
                               "seed", "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor",
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
-                              "agent"}
+                              "agent", "sync_drift", "quantize", "stale_eval"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "cache", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()

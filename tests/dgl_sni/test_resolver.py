@@ -13,6 +13,8 @@ IDS = np.arange(100, 100 + 2 * N, 2, dtype=np.int64)  # sorted global ids of the
 class FakeSource:
     """Rows that move linearly with the step; records what the resolver asked for."""
 
+    origin = Origin.PULLED
+
     def __init__(self):
         self.step, self.published, self.pulled = 0, 0, []
 

@@ -2,7 +2,8 @@
 
 The simulator is compiled here with gcc into the three libraries DOCA ships; its DMA
 moves bytes between processes with process_vm_readv/writev and its Comch runs over Unix
-sockets, so the real agent process (``python -m dpu_agent.agent --doca``) can be driven
+sockets, so the real agent process (the ``sni-agent`` binary with ``--doca``: its C++ DOCA transport,
+DOCA loaded with dlopen) can be driven
 from this test process through ``RemoteAgentClient(DocaHostEndpoint(...))``.
 """
 import ctypes
@@ -10,14 +11,14 @@ import importlib.util
 import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 
 import numpy as np
 import pytest
 
-from dpu_agent import doca
+from dpu_agent import doca, protocol
+from dpu_agent.binary import agent_command
 from dpu_agent.client import RemoteAgentClient
 from dpu_agent.tables import HistoryTable
 from dpu_agent.transport import AgentError
@@ -78,9 +79,8 @@ def _start_agent(tmp_path):
     """The real agent process in DPU mode plus a client driving it over DOCA."""
     name = _service()
     log = open(tmp_path / f"{name}.log", "w+")
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    proc = subprocess.Popen([sys.executable, "-m", "dpu_agent.agent", "--doca", "--pci", PCI, "--name", name],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*agent_command(), "--doca", "--pci", PCI, "--name", name],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         endpoint = doca.DocaHostEndpoint(PCI, name, connect_timeout=30)
     except BaseException:
@@ -148,10 +148,12 @@ def test_round_trip_in_one_process(sim_dir):
     host = doca.DocaHostEndpoint(PCI, name, connect_timeout=5)
     try:
         regions = host.new_table(3, 300, 8)
-        payload = np.arange(3000)  # several Comch frames
-        host.send(dict(op="add_table", regions=regions, payload=payload))
-        msg = _bounded(agent.recv, 10)
-        assert np.array_equal(msg["payload"], payload)
+        sampled = np.arange(9000) % 3 == 0  # several Comch frames
+        host.send(dict(op="add_table", table=3, num_rows=9000, dim=8, regions=regions, sampled=sampled,
+                       kind="gated", params=dict(window=3, beta=0.1, lam=0.3)))
+        msg = protocol.decode_request(_bounded(agent.recv, 10))
+        assert msg["op"] == "add_table" and msg["table"] == 3 and msg["kind"] == "gated"
+        assert np.array_equal(msg["sampled"], sampled) and msg["params"] == dict(window=3, beta=0.1, lam=0.3)
         with pytest.raises(ValueError, match="region 'fresh'"):
             agent.attach(4, 300, 9, msg["regions"])  # layout mismatch is refused
         agent.attach(3, 300, 8, msg["regions"])
@@ -162,9 +164,10 @@ def test_round_trip_in_one_process(sim_dir):
         _same_bits(host.region(3, "served"), fresh[::-1])
         with pytest.raises(ValueError):
             agent.write(3, "weight", np.zeros(301, np.float32))
-        agent.send(dict(op="reply", payload=payload[::-1]))
+        stats = dict(predictor_s=1.5, tables=1, tracked_rows=300, predicted_slots=100)
+        agent.send(protocol.encode_reply(dict(op="stats", table=0, step=0.0), stats=stats))
         assert host.poll(5.0)
-        assert np.array_equal(host.recv()["payload"], payload[::-1])
+        assert host.recv()["stats"] == stats
         assert not host.poll(0.05)
     finally:
         host.close()

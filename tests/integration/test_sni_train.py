@@ -81,3 +81,38 @@ def test_gated_drift_transfer_serves_rows_closer_than_without_it(tmp_path, small
     def error(stale):
         return sum(e["pred_rows_l2"] for e in stale) / sum(e["pred_rows_cache_l2"] for e in stale)
     assert error(runs["transfer"]) < error(runs["plain"]) <= 1.0
+
+
+@needs_netns
+@pytest.mark.parametrize("stale_eval", [False, True])
+def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph_npz, stale_eval):
+    """The accuracy reported at a stale epoch is that of the model (a single-process forward
+    with the weights checkpointed at that epoch), unless --stale-eval asks for the rows
+    served to training."""
+    import torch
+
+    from dgl_sni.config import ModelConfig
+    from dgl_sni.data import load_npz
+    from dgl_sni.reference import whole_graph_view
+    from dgl_sni.train import FullGraphTrainer
+
+    out, ckpt = tmp_path / "m.json", tmp_path / "ckpt"
+    run_cli("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", 8,
+            "--warmup", 2, "--sync-interval", 4, "--predictor", "cache", "--dropout", 0, "--lr", 0.05,
+            "--checkpoint-dir", ckpt, "--quiet", "--metrics", out, *(("--stale-eval",) if stale_eval else ()))
+    epochs = read_metrics(out)["epochs"]
+    data = load_npz(small_graph_npz)
+    ref = FullGraphTrainer(ModelConfig(model="gcn", layers=3, hidden=16, dropout=0.0), whole_graph_view(data, "gcn"),
+                           data.feat_dim, data.num_classes)
+    stale = [e for e in epochs if e["mode"] == "stale"]
+    assert [e["epoch"] for e in stale] == [3, 4, 5, 7]
+    exact = []
+    for e in stale:
+        ref.model.load_state_dict(torch.load(ckpt / f"epoch_{e['epoch']}.pt")["model"])
+        acc = ref.evaluate()
+        exact.append(all(abs(e[k] - acc[k]) < 1e-9 for k in ("eval_train_acc", "val_acc", "test_acc")))
+        assert (e["eval_bytes"] > 0) != stale_eval  # exact evaluation pulls fresh rows
+    if stale_eval:
+        assert not all(exact)  # served rows three epochs old at lr 0.05 change some predictions
+    else:
+        assert all(exact)

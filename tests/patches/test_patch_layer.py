@@ -28,9 +28,9 @@ def test_patches_import_only_stdlib_torch_and_dgl():
 
 def test_every_patch_has_install_uninstall_and_is_installed():
     import importlib
-    assert set(PATCH_MODULES) == {"dist_tensor_class", "distgraph_init_hook", "graphbolt_optional",
-                                  "initialize_hook", "kvclient_pull", "kvstore_lazy_init",
-                                  "partition_assignment"}
+    assert set(PATCH_MODULES) == {"dgl_import_hook", "dist_tensor_class", "distgraph_init_hook",
+                                  "graphbolt_optional", "initialize_hook", "kvclient_pull", "kvclient_push",
+                                  "kvstore_lazy_init", "partition_assignment"}
     doc = importlib.import_module("patches").__doc__
     for name in PATCH_MODULES:
         module = importlib.import_module(f"patches.{name}")

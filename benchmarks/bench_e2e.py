@@ -1,0 +1,203 @@
+"""End-to-end training benchmark: time to accuracy and time per epoch, exact against stale.
+
+For every graph and link it trains each configuration on one emulated cluster (``dgl-sni
+train --sweep``: the runs share one start-up and one partitioning) with evaluation after
+every epoch (exact: fresh halo rows) and writes ``benchmarks/results/e2e[-PRESET].json``:
+
+* per run: the mean training step after start-up (``SKIP`` epochs) and warm-up, and its
+  breakdown (compute, communication, barrier and all-reduce waits, agent time, drift-transfer
+  time; medians over the sync and over the stale epochs of that range), bytes per epoch, the accuracy curve against
+  cumulative training time (evaluation excluded), final and best-validation accuracy;
+* per graph and link: the **time to interval 1's best validation accuracy minus 0.01** for
+  every run and its speed-up over interval 1, the per-epoch speed-up, the stale epoch against
+  its floor (interval 1's compute time plus its communication time divided by the sync
+  interval), and the **exchange efficiency** of interval 1 on a shaped link (payload bytes per
+  link / (communication time x link rate)).
+
+Presets: ``quick`` (the embedded 20k-node graph, 2 workers, 40 epochs: minutes) and ``full``
+(the issue's graphs: 200k nodes and 500k nodes at average degree 20, Cora, CiteSeer; 4 workers;
+1 Gbit/s and unshaped; 150 epochs: hours). ``--graphs``/``--links``/``--epochs`` narrow a
+preset; ``--configs FILE`` replaces the configurations (a JSON list of sweep entries, each
+with a ``name``). Finished runs are kept under ``benchmarks/results/e2e_runs/`` and not rerun.
+
+    python benchmarks/bench_e2e.py --preset quick
+    python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks._sweep import run_sweep  # noqa: E402
+
+from dgl_sni.data import default_data_dir  # noqa: E402
+
+from dgl_sni.cluster import rate_bits  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+SKIP = 5  # epochs left out of the per-epoch medians (start-up effects)
+SHARED = default_data_dir()  # ../shared/data, or $DGL_SNI_DATA_DIR
+
+GRAPHS = {
+    "syn20k": ["--dataset", "synthetic"],
+    "syn200k": ["--dataset", "synthetic", "--nodes", 200_000, "--avg-degree", 20],
+    "syn500k": ["--dataset", "synthetic", "--nodes", 500_000, "--avg-degree", 20],
+    "cora": ["--dataset", os.path.join(SHARED, "cora.npz")],
+    "citeseer": ["--dataset", os.path.join(SHARED, "citeseer.npz")],
+}
+# interval 1 first: the others are judged against it
+CONFIGS = [
+    dict(name="interval1", sync_interval=1),
+    dict(name="stale-default", sync_interval=5),
+]
+PRESETS = {
+    "quick": dict(graphs=["syn20k"], links=["unshaped", "1gbit"], workers=2, epochs=40),
+    "full": dict(graphs=["syn200k", "syn500k", "cora", "citeseer"], links=["1gbit", "unshaped"],
+                 workers=4, epochs=150),
+}
+MODEL = ["--model", "gcn", "--layers", 3, "--hidden", 16, "--dropout", 0.5, "--eval-every", 1]
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def summarize_run(metrics: dict, name: str) -> dict:
+    """Breakdown, bytes and the accuracy curve of one run."""
+    epochs = metrics["epochs"]
+    t, curve = 0.0, []
+    for e in epochs:
+        t += e["time_s"]
+        curve.append(dict(epoch=e["epoch"], mode=e["mode"], train_time_s=t, loss=e["loss"],
+                          val_acc=e.get("val_acc"), test_acc=e.get("test_acc")))
+    warmup = metrics["config"].get("warmup") or 0 if metrics["config"].get("sync_interval", 1) > 1 else 0
+    measured = epochs[max(SKIP, warmup):] or epochs  # steady state: after start-up and warm-up
+    keys = ("time_s", "comp_s", "comm_s", "sync_s", "predictor_s", "transfer_s")
+    breakdown = {}
+    for mode in ("sync", "stale"):
+        sel = [e for e in measured if e["mode"] == mode]
+        if sel:
+            breakdown[mode] = dict(epochs=len(sel), **{k: _median([e.get(k, 0.0) for e in sel]) for k in keys},
+                                   bytes=_median([e["bytes_sent"] + e["bytes_recv"] for e in sel]))
+    best = max(range(len(epochs)), key=lambda i: (epochs[i].get("val_acc") or -1, -i))
+    return dict(name=name, config={k: metrics["config"].get(k) for k in (
+                    "sync_interval", "predictor", "sampling_ratio", "warmup", "stale_grad", "sync_policy",
+                    "transfer", "bandwidth", "workers", "seed")},
+                epochs=len(epochs), train_time_s=t,
+                epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
+                bytes_per_epoch=_median([e["bytes_sent"] + e["bytes_recv"] for e in measured]),
+                best_val_acc=epochs[best].get("val_acc"), best_epoch=best,
+                test_acc_at_best_val=epochs[best].get("test_acc"), final_test_acc=epochs[-1].get("test_acc"),
+                curve=curve)
+
+
+def time_to(curve: list, target: float):
+    """Training time at the first epoch whose (exact) validation accuracy reaches ``target``."""
+    for point in curve:
+        if point["val_acc"] is not None and point["val_acc"] >= target:
+            return point["train_time_s"]
+    return None
+
+
+def compare(runs: list, link: str, workers: int) -> dict:
+    """Judge every run against the interval-1 run of the same graph and link."""
+    base = next(r for r in runs if r["config"]["sync_interval"] == 1)
+    target = base["best_val_acc"] - 0.01
+    t_base = time_to(base["curve"], target)
+    out = dict(target_val_acc=target, interval1_time_to_target_s=t_base)
+    sync = base["breakdown"].get("sync", {})
+    if link != "unshaped" and sync.get("comm_s"):
+        out["exchange_efficiency_interval1"] = (sync["bytes"] / workers) * 8 / (sync["comm_s"] * rate_bits(link))
+    for r in runs:
+        t = time_to(r["curve"], target)
+        r["time_to_target_s"] = t
+        r["time_to_target_speedup"] = (t_base / t) if (t and t_base) else None
+        r["epoch_speedup"] = base["epoch_s"] / r["epoch_s"] if r["epoch_s"] else None
+        r["final_test_delta"] = (r["final_test_acc"] - base["final_test_acc"]) \
+            if r["final_test_acc"] is not None and base["final_test_acc"] is not None else None
+        interval = r["config"]["sync_interval"] or 1
+        if interval > 1 and sync.get("comp_s") is not None and "stale" in r["breakdown"]:
+            floor = sync["comp_s"] + sync["comm_s"] / interval
+            r["epoch_over_floor"] = r["epoch_s"] / floor if floor else None
+        sync_r = r["breakdown"].get("sync")
+        if interval > 1 and sync_r and sync.get("time_s"):
+            r["sync_epoch_over_interval1"] = sync_r["time_s"] / sync["time_s"]
+    return out
+
+
+def run(preset: str, graphs, links, epochs, configs, workers) -> dict:
+    report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, graphs={})
+    for graph in graphs:
+        if graph in ("cora", "citeseer") and not os.path.exists(GRAPHS[graph][1]):
+            print(f"{graph}: {GRAPHS[graph][1]} not present, skipped", flush=True)
+            continue
+        for link in links:
+            out_dir = os.path.join(RESULTS, "e2e_runs", f"{graph}-{link}-w{workers}")
+            base_args = MODEL + (["--bandwidth", link] if link != "unshaped" else [])
+            print(f"{graph} / {link}: {len(configs)} runs of {epochs} epochs", flush=True)
+            entries = [dict({k: v for k, v in c.items() if k != "name"}, epochs=epochs) for c in configs]
+            metrics = run_sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
+            runs = [summarize_run(m, c["name"]) for m, c in zip(metrics, configs)]
+            judged = compare(runs, link, workers)
+            report["graphs"].setdefault(graph, {})[link] = dict(judged, runs=runs)
+            _print(graph, link, judged, runs)
+    return report
+
+
+def _fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def _print(graph, link, judged, runs) -> None:
+    print(f"  target val acc {judged['target_val_acc']:.4f}; exchange efficiency (interval 1) "
+          f"{_fmt(judged.get('exchange_efficiency_interval1'), '.2f')}")
+    print(f"  {'run':16s} {'ms/epoch':>9s} {'x epoch':>8s} {'to target s':>12s} {'x target':>9s} "
+          f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s}")
+    for r in runs:
+        print(f"  {r['name']:16s} {_fmt(r['epoch_s'] and r['epoch_s'] * 1e3, '.0f'):>9s} "
+              f"{_fmt(r.get('epoch_speedup'), '.2f'):>8s} {_fmt(r.get('time_to_target_s'), '.1f'):>12s} "
+              f"{_fmt(r.get('time_to_target_speedup'), '.2f'):>9s} {_fmt(r['best_val_acc'], '.4f'):>9s} "
+              f"{_fmt(r['final_test_acc'], '.4f'):>10s} {_fmt(r.get('epoch_over_floor'), '.2f'):>9s} "
+              f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s}", flush=True)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
+    parser.add_argument("--graphs", default=None, help=f"comma-separated, of {', '.join(GRAPHS)}")
+    parser.add_argument("--links", default=None, help="comma-separated: unshaped, 1gbit, 100mbit, ...")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=None)
+    parser.add_argument("--configs", default=None, help="JSON list of sweep entries, each with a 'name'")
+    parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/e2e-PRESET.json)")
+    ns = parser.parse_args(argv)
+    preset = PRESETS[ns.preset]
+    graphs = ns.graphs.split(",") if ns.graphs else preset["graphs"]
+    unknown = [g for g in graphs if g not in GRAPHS]
+    if unknown:
+        parser.error(f"unknown graph(s) {', '.join(unknown)}; choose from {', '.join(GRAPHS)}")
+    configs = CONFIGS
+    if ns.configs:
+        with open(ns.configs) as fh:
+            configs = json.load(fh)
+        if not configs or any("name" not in c for c in configs) or configs[0].get("sync_interval", 1) != 1:
+            parser.error("--configs needs a list of entries with a 'name', the first at sync_interval 1")
+    report = run(ns.preset, graphs, ns.links.split(",") if ns.links else preset["links"],
+                 ns.epochs or preset["epochs"], configs, ns.workers or preset["workers"])
+    os.makedirs(RESULTS, exist_ok=True)
+    out = ns.out or os.path.join(RESULTS, f"e2e-{ns.preset}.json")
+    with open(out, "w") as fh:
+        json.dump(report, fh, indent=1)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

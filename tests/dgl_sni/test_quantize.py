@@ -1,0 +1,54 @@
+"""Low-bit halo rows: widths, error bounds, unbiased rounding, repeatability, the push handler."""
+import pytest
+import torch
+
+from dgl_sni.halo.quantize import (BITS, decode, encode, packed_width, quantized_accumulate_handler,
+                                   row_seed)
+
+
+def _gen(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("dim", [16, 7])
+def test_rows_come_back_within_one_step_of_their_scale(bits, dim):
+    x = torch.randn(500, dim) * torch.logspace(-6, 2, 500)[:, None]  # gradients to activations
+    packed = encode(x, bits, _gen())
+    assert packed.dtype == torch.uint8 and packed.shape == (500, packed_width(dim, bits))
+    y = decode(packed, dim, bits)
+    step = (x.max(1).values - x.min(1).values) / ((1 << bits) - 1)
+    assert ((y - x).abs() <= step[:, None] * (1 + 1e-5) + 1e-12).all()
+    assert packed_width(16, 8) == 24 and packed_width(16, 4) == 16  # against 64 bytes of float32
+
+
+@pytest.mark.parametrize("bits", BITS)
+def test_rounding_is_unbiased_and_repeatable(bits):
+    x = torch.rand(1, 16).repeat(20000, 1)
+    y = decode(encode(x, bits, _gen(1)), 16, bits)
+    step = float((x[0].max() - x[0].min()) / ((1 << bits) - 1))
+    assert (y.mean(0) - x[0]).abs().max() < 0.02 * step  # the mean of many roundings is the row
+    assert torch.equal(encode(x, bits, _gen(1)), encode(x, bits, _gen(1)))
+    assert not torch.equal(encode(x, bits, _gen(1)), encode(x, bits, _gen(2)))
+    assert row_seed(0, 3, 1, 0, 0) != row_seed(0, 3, 1, 1, 0) != row_seed(0, 3, 2, 0, 0)
+
+
+def test_constant_rows_and_empty_input_are_exact():
+    x = torch.full((3, 16), 2.5)
+    assert torch.equal(decode(encode(x, 8, _gen()), 16, 8), x)
+    assert encode(torch.zeros((0, 16)), 4, _gen()).shape == (0, packed_width(16, 4))
+
+
+def test_push_handler_decodes_and_adds_in_float64():
+    store = {"g": torch.zeros((5, 16), dtype=torch.float64)}
+    x = torch.randn(2, 16)
+    packed = encode(x, 8, _gen())
+    quantized_accumulate_handler(store, "g", torch.tensor([1, 3]), packed)
+    quantized_accumulate_handler(store, "g", torch.tensor([1, 3]), packed)
+    expect = decode(packed, 16, 8, dtype=torch.float64)
+    assert torch.equal(store["g"][[1, 3]], 2 * expect) and store["g"][[0, 2, 4]].abs().sum() == 0
+
+
+def test_a_bad_bit_width_is_refused():
+    with pytest.raises(ValueError, match="--quantize must be one of 4, 8"):
+        packed_width(16, 3)

@@ -1,0 +1,49 @@
+"""Sync schedules: the fixed one and the drift-triggered one within its staleness budget."""
+import torch
+
+from dgl_sni.sni.schedule import DriftSchedule, SyncSchedule, WeightDrift
+
+
+def test_fixed_schedule():
+    s = SyncSchedule(warmup=2, interval=3)
+    assert "".join("S" if s.is_sync(t) else "." for t in range(10)) == "SSS..S..S."
+
+
+class Meter:
+    """Reads a scripted drift; counts snapshots (taken at every sync after warm-up)."""
+
+    def __init__(self, readings):
+        self.readings, self.snapshots = list(readings), 0
+
+    def __call__(self):
+        return self.readings.pop(0)
+
+    def snapshot(self):
+        self.snapshots += 1
+
+
+def test_drift_schedule_syncs_on_drift_and_within_its_budget():
+    # after warm-up (steps 0, 1) the meter is read on every candidate stale step
+    meter = Meter([0.01, 0.2, 0.01, 0.02, 0.03, 0.01, 0.01, 0.5])
+    s = DriftSchedule(warmup=2, budget=4, bound=0.1, meter=meter)
+    modes = ""
+    for t in range(11):
+        modes += "S" if s.mode(t) == "sync" else "."
+        assert s.mode(t) == modes[-1].replace("S", "sync").replace(".", "stale")  # asked again: same
+    # 2 stale (0.01); 3 drift 0.2 -> sync; 4-6 stale; 7 budget (4 since 3) -> sync unread;
+    # 8, 9 stale; 10 drift 0.5 -> sync
+    assert modes == "SS.S...S..S"
+    assert meter.readings == [] and meter.snapshots == 5  # a sync resets what drift is measured from
+
+
+def test_weight_drift_is_relative_to_the_last_snapshot():
+    w = torch.nn.Parameter(torch.ones(4, 4))
+    b = torch.nn.Parameter(torch.ones(4))
+    meter = WeightDrift([w, b])
+    assert meter() == 0.0
+    with torch.no_grad():
+        w += 0.5  # ||dW|| / ||W|| = 0.5
+        b[0] += 2.0  # ||db|| / ||b|| = 2 / 2 = 1.0
+    assert abs(meter() - 1.0) < 1e-6
+    meter.snapshot()
+    assert meter() == 0.0

@@ -1,0 +1,156 @@
+"""The stock-script switch's rules without a cluster: the exchange pattern, ids, the static cache."""
+import numpy as np
+import pytest
+import torch
+
+from dgl_sni.config import SNIConfig
+from dgl_sni.config.sni import cache_budget
+from dgl_sni.halo.resolver import HaloResolver, Origin, StaticRowCache, may_serve_stale
+from dgl_sni.metrics import Counters
+from dgl_sni.sni.kvstore import _as_ids, _ExchangeUse
+
+
+def _steps(use, n, own=True):
+    served = []
+    for _ in range(n):
+        use.on_push(own)
+        served.append(use.on_pull())
+    return served
+
+
+def test_the_exchange_pattern_is_served_from_its_third_step():
+    use = _ExchangeUse()
+    assert _steps(use, 5) == [False, False, True, True, True] and not use.broken
+
+
+@pytest.mark.parametrize("breaker, reason", [
+    (lambda u: (u.on_push(False), u.on_pull()), "a push wrote rows of other machines"),
+    (lambda u: (u.on_push(True), u.on_push(True), u.on_pull()), "two pushes in one step"),
+    (lambda u: (u.on_push(True), u.on_pull(), u.on_pull()), "two pulls in one step"),
+])
+def test_any_other_use_is_exact_for_the_rest_of_the_run(breaker, reason):
+    use = _ExchangeUse()
+    _steps(use, 3)
+    breaker(use)
+    assert use.reason == reason
+    assert _steps(use, 4) == [False] * 4  # even a clean pattern afterwards is never served
+
+
+def test_a_pull_before_any_write_is_not_the_pattern():
+    """An evaluation buffer read before it is (re)written, or a tensor only read."""
+    use = _ExchangeUse()
+    assert use.on_pull() is False and use.reason == "a pull with no push before it"
+
+
+def test_ids_become_int64_and_bad_ids_are_named():
+    assert _as_ids(torch.tensor([3, 1], dtype=torch.int32)).dtype == torch.int64
+    assert _as_ids([2, 2, 0]).tolist() == [2, 2, 0]
+    with pytest.raises(TypeError, match="boolean mask"):
+        _as_ids(torch.tensor([True, False]))
+    with pytest.raises(TypeError, match="integers"):
+        _as_ids(torch.tensor([1.0]))
+
+
+def test_nothing_can_be_stale_at_interval_1_or_without_a_predictor():
+    assert not may_serve_stale(SNIConfig(sync_interval=1))
+    assert not may_serve_stale(SNIConfig(sync_interval=5, predictor="none"))
+    assert may_serve_stale(SNIConfig(sync_interval=2))
+
+
+def test_cache_budget_sizes_and_shares():
+    assert cache_budget("20%", 1000) == 200 and cache_budget("1K", 0) == 1024 and cache_budget("0", 5) == 0
+    with pytest.raises(ValueError, match="0%..100%"):
+        cache_budget("120%", 10)
+    with pytest.raises(ValueError, match="feature_cache_bytes must be"):
+        SNIConfig(feature_cache_bytes="lots").validate()
+
+
+class _Rows:
+    """Row ``i`` is ``[i, i+0.5]``; records every pull."""
+
+    def __init__(self):
+        self.pulled = []
+
+    def publish(self):
+        pass
+
+    def pull(self, ids):
+        self.pulled.append(np.asarray(ids).tolist())
+        ids = np.asarray(ids, dtype=np.float32)
+        return np.stack([ids, ids + 0.5], axis=1)
+
+    def peek(self):
+        raise AssertionError("a static tensor is never peeked")
+
+
+def _static(capacity, ranking=None, replan_every=1000):
+    counters = Counters()
+    cache = StaticRowCache(capacity, ranking, replan_every=replan_every)
+    return HaloResolver(None, counters, static=True, static_cache=cache), counters
+
+
+def test_static_rows_are_exact_with_duplicates_and_pulled_once():
+    res, counters = _static(None)
+    src = _Rows()
+    ids = np.array([7, 3, 7, 9], dtype=np.int64)
+    first = res.resolve(0, True, src, ids=ids)
+    assert src.pulled == [[3, 7, 9]]  # duplicates pulled once
+    assert first.rows.tolist() == src.pull(ids).tolist() and first.count(Origin.PULLED) == 4
+    again = res.resolve(1, True, src, ids=np.array([9, 3, 3, 11]))
+    assert src.pulled[-1] == [11] and again.rows[:, 0].tolist() == [9, 3, 3, 11]
+    assert again.origin.tolist() == [Origin.STATIC, Origin.STATIC, Origin.STATIC, Origin.PULLED]
+    assert counters.extra["served_rows"] == 3
+
+
+def test_the_budget_keeps_the_rows_with_most_in_edges_first():
+    ranking = lambda: (np.array([10, 11, 12, 13]), np.array([1, 5, 5, 2]))  # noqa: E731
+    res, _ = _static(3, ranking)
+    src = _Rows()
+    res.resolve(0, True, src, ids=np.array([10, 13, 20, 21]))  # ranked: 11, 12 (tie by id), 13
+    hits = res.resolve(1, True, src, ids=np.array([10, 11, 12, 13, 20, 21]))
+    # the capacity of 3 is planned for 11, 12, 13 (most in-edges, ties by id): 10, 20, 21 are pulled again
+    assert hits.origin.tolist() == [Origin.PULLED, Origin.PULLED, Origin.PULLED, Origin.STATIC,
+                                    Origin.PULLED, Origin.PULLED]
+    full = res.resolve(2, True, src, ids=np.array([11, 12, 13]))
+    assert full.count(Origin.STATIC) == 3 and res.static_cache.used == 3
+    assert full.rows[:, 0].tolist() == [11, 12, 13]
+
+
+def test_slots_the_ranking_leaves_free_take_rows_in_first_pull_order():
+    res, _ = _static(3, lambda: (np.array([50]), np.array([4])))
+    src = _Rows()
+    res.resolve(0, True, src, ids=np.array([5, 6, 7, 8]))  # 50 reserved; 5 and 6 take the free slots
+    again = res.resolve(1, True, src, ids=np.array([5, 6, 7, 8, 50]))
+    assert again.origin.tolist() == [Origin.STATIC, Origin.STATIC, Origin.PULLED, Origin.PULLED, Origin.PULLED]
+    assert res.resolve(2, True, src, ids=np.array([50])).count(Origin.STATIC) == 1
+
+
+def test_counted_accesses_replace_the_in_edge_plan():
+    """After ``replan_every * capacity`` accesses the rows accessed most are the ones kept."""
+    res, _ = _static(2, lambda: (np.array([1, 2]), np.array([9, 8])), replan_every=3)
+    src = _Rows()
+    res.resolve(0, True, src, ids=np.array([1, 2, 7]))  # plan 1, 2 (in-edges): both kept
+    assert res.resolve(1, True, src, ids=np.array([1, 2])).count(Origin.STATIC) == 2
+    # 7 and 8 are needed far more often than 1 and 2: after the re-plans, 7 and 8 are kept
+    for step in range(2, 6):
+        res.resolve(step, True, src, ids=np.array([7, 8, 7, 1, 8]))
+    again = res.resolve(6, True, src, ids=np.array([1, 2, 7, 8]))
+    kept = {int(i) for i, o in zip([1, 2, 7, 8], again.origin) if o == Origin.STATIC}
+    assert kept == {7, 8} and res.static_cache.cached_rows == 2
+    assert again.rows[:, 0].tolist() == [1, 2, 7, 8]  # exact whatever is kept
+
+
+def test_rows_written_here_leave_the_cache_and_budget_zero_keeps_nothing():
+    res, _ = _static(None)
+    src = _Rows()
+    res.resolve(0, True, src, ids=np.array([1, 2, 3]))
+    res.static_cache.invalidate(np.array([2]))
+    assert res.resolve(1, True, src, ids=np.array([1, 2, 3])).origin.tolist() == [
+        Origin.STATIC, Origin.PULLED, Origin.STATIC]
+    res.static_cache.invalidate()
+    assert res.resolve(2, True, src, ids=np.array([1, 3])).count(Origin.PULLED) == 2
+    off, _ = _static(0)
+    off.resolve(0, True, src, ids=np.array([1, 2]))
+    assert off.resolve(1, True, src, ids=np.array([1, 2])).count(Origin.PULLED) == 2
+    with pytest.raises(ValueError, match="capacity"):
+        StaticRowCache(-1)
