@@ -1,6 +1,20 @@
 """A finder kept first on ``sys.meta_path`` (the import hooks of ``graphbolt_optional`` and
-``dgl_import_hook``): put it there once, take every copy off, ask whether it is there."""
+``dgl_import_hook``): put it there once, take every copy off, ask whether it is there, and
+the spec both finders answer with (the module's own, its loader wrapped)."""
+import importlib.machinery
 import sys
+
+
+def wrapped_spec(fullname: str, path, target: str, wrap):
+    """For ``target`` only: the spec the normal path finder gives, with ``wrap(loader)`` as
+    its loader (``None`` otherwise, so the next finder answers)."""
+    if fullname != target:
+        return None
+    spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+    if spec is None or spec.loader is None:
+        return None
+    spec.loader = wrap(spec.loader)
+    return spec
 
 
 def insert_first(finder) -> None:

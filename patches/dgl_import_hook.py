@@ -61,13 +61,7 @@ class _DGLFinder(importlib.abc.MetaPathFinder):
         self.loading = False
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _HookedLoader(spec.loader, self)
-        return spec
+        return _meta_path.wrapped_spec(fullname, path, TARGET, lambda loader: _HookedLoader(loader, self))
 
 
 _FINDER = _DGLFinder()

@@ -41,13 +41,7 @@ class _TolerantLoader(importlib.abc.Loader):
 
 class _GraphboltFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path, target=None):
-        if fullname != TARGET:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return None
-        spec.loader = _TolerantLoader(spec.loader)
-        return spec
+        return _meta_path.wrapped_spec(fullname, path, TARGET, _TolerantLoader)
 
 
 _FINDER = _GraphboltFinder()

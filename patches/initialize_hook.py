@@ -54,3 +54,8 @@ def uninstall() -> None:
 def is_installed() -> bool:
     """Whether ``dgl.distributed.initialize`` runs hooks."""
     return _original is not None
+
+
+def hooks() -> tuple | None:
+    """The installed ``(before, after)``, or ``None``."""
+    return _hooks

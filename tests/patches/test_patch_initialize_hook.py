@@ -9,9 +9,19 @@ from patches._dgl_version import UnsupportedDGLVersion
 
 
 @pytest.fixture
-def original(monkeypatch):  # monkeypatch undoes its stand-ins after uninstall
-    if initialize_hook.is_installed():
-        pytest.skip("DGL_SNI autoenable has wrapped initialize in this process")
+def autoenable_kept():
+    """With DGL_SNI=1 in this process the autoenable hooks are installed: set them aside
+    for the test and put them back after everything else (monkeypatch included) is undone."""
+    saved = initialize_hook.hooks()
+    initialize_hook.uninstall()
+    yield
+    initialize_hook.uninstall()
+    if saved is not None:
+        initialize_hook.install(*saved)
+
+
+@pytest.fixture
+def original(autoenable_kept, monkeypatch):  # monkeypatch undoes its stand-ins after uninstall
     assert dgld.initialize is dist_context.initialize
     yield dgld.initialize
     initialize_hook.uninstall()
