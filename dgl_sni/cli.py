@@ -5,7 +5,9 @@ Subcommands:
 * ``partition`` -- a dataset into DGL's partition format (METIS or random);
 * ``train`` -- partition, start an emulated cluster, train, write metrics;
 * ``launch`` -- run any DistDGL trainer script on the emulated cluster;
-* ``cleanup`` -- remove namespaces left behind by killed runs.
+* ``cleanup`` -- remove namespaces left behind by killed runs;
+* ``agent`` -- standalone agents (``start``/``status``/``stop``) and ``deploy`` to BlueField DPUs
+  (:mod:`dgl_sni.agent_cli`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import shutil
 import sys
 import tempfile
 
+from .agent_cli import add_agent_parser
 from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
 from .config import (METHODS, ClusterConfig, DataConfig, add_part_arguments, add_train_arguments, from_args,
                      load_sweep, part_from_args)
@@ -266,6 +269,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("cleanup", help="remove namespaces left by killed runs")
     p.set_defaults(func=cmd_cleanup)
+
+    add_agent_parser(sub)
     return parser
 
 

@@ -41,6 +41,7 @@ from .progress import EpochGate, Progress, emit
 from .sni.sampling import halo_edge_counts
 from .models import init_model
 from .train import FullGraphTrainer
+from .train.base import resume_point
 from .train.view import build_local_view
 
 
@@ -97,11 +98,12 @@ class WorkerSession:
             self._views[key] = build_local_view(self.g, model, self.counters, self.orig_nids)
         return self._views[key]
 
-    def tensors(self, dims: list, tier_root: str | None = None, quantize: int = 0) -> LayerTensors:
-        key = (tuple(dims), tier_root, quantize)
+    def tensors(self, dims: list, tier_root: str | None = None, quantize: int = 0,
+                pipeline: bool = False) -> LayerTensors:
+        key = (tuple(dims), tier_root, quantize, pipeline)
         if key not in self._tensors:
             self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}",
-                                              tier_root=tier_root, quantize=quantize)
+                                              tier_root=tier_root, quantize=quantize, pipeline=pipeline)
         return self._tensors[key]
 
     def num_classes(self, view) -> int:
@@ -119,7 +121,8 @@ class WorkerSession:
         dims = init_model(m.seed, m.model, view.x_src.shape[1], m.hidden, num_classes, m.layers,
                           heads=m.heads).hidden_dims()
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
-        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize)
+        pipelined = cfg.pipelined and collective.world_size > 1
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
         sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
@@ -127,7 +130,8 @@ class WorkerSession:
             sni = cfg.sni
             agent = sni.start_agent()
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                  sni, agent, edge_counts, seed=m.seed)
+                                  sni, agent, edge_counts, seed=m.seed,
+                                  pipeline_from=cfg.sni.warmup if pipelined else None)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -136,14 +140,22 @@ class WorkerSession:
         else:
             trainer = FullGraphTrainer(cfg.model, view, view.x_src.shape[1], num_classes,
                                        collective=collective, counters=counters, exchange=exchange)
+        try:
+            resumed_from = self._resume(trainer, cfg) if cfg.output.resume else None
+        except BaseException:
+            exchange.close()
+            if cfg.tier.storage_tier:
+                trainer.close()  # removes its run directory
+            raise
         exchange.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)
         gate = EpochGate(cfg.output.epoch_gate, collective) if cfg.output.epoch_gate else None
         epochs = []
+        finished = False
         try:
-            for epoch in range(cfg.model.epochs):
+            for epoch in range(0 if resumed_from is None else resumed_from + 1, cfg.model.epochs):
                 if gate is not None and not gate.wait():
                     break
                 rec = self._epoch(trainer, cfg, epoch, gate)
@@ -151,8 +163,9 @@ class WorkerSession:
                 epochs.append(merged)
                 if progress:
                     progress.update(merged)
+            finished = True
         finally:
-            exchange.close()
+            exchange.close(complete=finished)  # on an error, wait for no peer
             if cfg.tier.storage_tier:
                 trainer.close()
         rss = collective.all_gather_object(peak_rss_mb())
@@ -160,9 +173,40 @@ class WorkerSession:
             return None
         summary = summarize(epochs, rss)
         summary["workers"] = [dict(s, peak_rss_mb=r) for s, r in zip(setups, rss)]
+        if resumed_from is not None:
+            summary["resumed_from"] = resumed_from  # epochs 0..resumed_from ran before (its checkpoint)
         if cfg.output.metrics:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
         return summary
+
+    def _resume(self, trainer, cfg) -> int:
+        """Load the newest checkpoint of ``--resume`` into ``trainer`` on every rank; returns
+        its epoch (training goes on at the next). Every rank reads the folder itself: the
+        emulated machines share this filesystem; on a real cluster it must be a shared
+        filesystem, or the same copy on every machine. The exchange's next step syncs, so
+        the agent's new (empty) tables are seeded before any stale step."""
+        path = epoch = problem = None
+        try:
+            path, epoch = resume_point(cfg.output.resume, cfg.model.epochs)
+        except ValueError as err:
+            problem = str(err)
+        seen = self.collective.all_gather_object((epoch, problem))  # every rank fails alike, none hangs
+        problems = {p for _, p in seen if p}
+        if len(problems) == 1:
+            raise ValueError(problems.pop())
+        if problems:
+            raise ValueError("; ".join(f"rank {r}: {p}" for r, (_, p) in enumerate(seen) if p))
+        if len({e for e, _ in seen}) > 1:
+            raise ValueError(f"--resume {cfg.output.resume}: the ranks see different newest checkpoints "
+                             f"(epochs {[e for e, _ in seen]}); on a real cluster the folder must be "
+                             f"shared, or the same copy on every machine")
+        trainer.load_checkpoint(path)
+        schedule = getattr(trainer.exchange, "schedule", None)
+        if schedule is not None:
+            schedule.resume_at(trainer.step)
+        if self.rank == 0:
+            print(f"dgl-sni: resuming from {path} (epoch {epoch}, step {trainer.step})", file=sys.stderr)
+        return epoch
 
     def _tier_trainer(self, cfg, view, num_classes: int, exchange):
         """A :class:`~dgl_sni.train.tier.TierTrainer` for this worker's view.
@@ -187,20 +231,25 @@ class WorkerSession:
     def _epoch(self, trainer, cfg, epoch: int, gate) -> dict:
         counters = self.counters
         rec = trainer.train_epoch(epoch)
+        start = time.perf_counter()  # what the step left running (pipelined rows, transfer scoring)
+        trainer.exchange.complete_step()  # finishes now, charged to the step
+        rec["time_s"] += time.perf_counter() - start
+        evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:
             gate.done()
         rec.update(counters.snapshot_and_reset())
         rec["comp_s"] = max(rec["time_s"] - rec["comm_s"] - rec["sync_s"], 0.0)
-        if (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1:
+        if evaluate:
             start = time.perf_counter()
             rec.update(trainer.evaluate())
             rec["eval_s"] = time.perf_counter() - start
             ev = counters.snapshot_and_reset()
             rec["eval_bytes"] = ev["bytes_sent"] + ev["bytes_recv"]
         rec.update(trainer.exchange.end_epoch())
-        if self.rank == 0 and cfg.output.checkpoint_dir and (epoch + 1) % cfg.output.checkpoint_every == 0:
-            os.makedirs(cfg.output.checkpoint_dir, exist_ok=True)
-            trainer.save_checkpoint(os.path.join(cfg.output.checkpoint_dir, f"epoch_{epoch}.pt"), epoch)
+        ckpt_dir = cfg.output.checkpoints_to  # --checkpoint-dir, else the --resume folder
+        if self.rank == 0 and ckpt_dir and (epoch + 1) % cfg.output.checkpoint_every == 0:
+            os.makedirs(ckpt_dir, exist_ok=True)
+            trainer.save_checkpoint(os.path.join(ckpt_dir, f"epoch_{epoch}.pt"), epoch)
         return rec
 
 

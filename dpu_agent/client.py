@@ -161,7 +161,9 @@ class RemoteAgentClient(AgentClient):
         if expect[0] == "observe":
             self._unacked[expect[1]] -= 1
         elif expect[0] == "serve":
-            # one serve per table is outstanding at a time, so the region holds this one's rows
+            # one serve per table is outstanding at a time, so the region holds this one's rows;
+            # copied: views would dangle once the endpoint unmaps the segments (NumPy's view of
+            # a SharedMemory buffer does not keep the mapping alive)
             table = expect[1]
             self._results[expect[1:]] = (self.endpoint.region(table, "served").copy(),
                                          self.endpoint.region(table, "weight").copy())
@@ -346,6 +348,33 @@ def connect_socket(agent_dir: str, rank: int, timeout: float | None = None) -> R
         return RemoteAgentClient(ShmHostEndpoint(path, token), timeout=timeout)
     except (OSError, ValueError) as err:
         raise AgentError(f"no standalone agent at {path} ({err}): start it with `dgl-sni agent start`") from err
+
+
+def probe_socket(agent_dir: str, rank: int, timeout: float = 2.0) -> tuple:
+    """Check the standalone agent of trainer ``rank`` in ``agent_dir`` with a real connection
+    (hello with the token, then close): ``(state, detail)`` with state ``accepts``, ``busy``
+    (it listens but does not answer within ``timeout``: it serves one trainer at a time),
+    ``refused`` (it answered with an error, e.g. a wrong token) or ``down`` (nothing listens)."""
+    path, token_file, _, _ = socket_paths(agent_dir, rank)
+    try:
+        with open(token_file) as fh:
+            token = bytes.fromhex(fh.read().strip())
+    except (OSError, ValueError) as err:
+        return "down", f"no usable token file {token_file} ({err})"
+    try:
+        endpoint = ShmHostEndpoint(path, token, timeout=timeout)
+    except AgentError as err:
+        return "refused", str(err)
+    except TimeoutError:
+        return "busy", f"it listens but did not answer within {timeout:g} s (serving a trainer?)"
+    except (OSError, EOFError, ValueError) as err:
+        return "down", f"{path}: {err}"
+    try:
+        endpoint.send(dict(op="close"))
+    except OSError:
+        pass
+    endpoint.close()
+    return "accepts", f"{path} accepts the token"
 
 
 def start_agent(mode: str, doca_pci: str | None = None, doca_name: str | None = None,

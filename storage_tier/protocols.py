@@ -42,14 +42,17 @@ class HaloExchange(Protocol):
     """Moves one worker's halo rows between layers; one instance per worker and job.
 
     * ``begin_step(step, training)`` announces a forward pass and returns its mode
-      (``"sync"`` or ``"stale"``);
+      (``"sync"``, ``"stale"`` or ``"pipelined"``);
     * ``forward_rows(layer, owned)`` publishes the owned rows of layer ``layer``'s input
       and returns the halo rows (block order after the owned ones);
     * ``backward_rows(layer, grad_halo)`` sends the halo rows' gradients to their owners
       and returns the gradient the others sent for the owned rows (``None``: nothing);
     * ``exchange(layer, owned)`` (``__call__``) is the autograd form the in-memory model
       uses: ``[owned; halo]`` forward, the two gradient moves backward;
-    * ``end_epoch()`` returns the epoch's extra metrics; ``close()`` releases what it holds.
+    * ``complete_step()`` receives what the last step left on the wire (pipelined steps;
+      the next ``begin_step`` does it otherwise), so its time is charged to that step;
+    * ``end_epoch()`` returns the epoch's extra metrics; ``close(complete)`` releases what
+      it holds (``complete=False`` after an error: it waits for nothing).
     """
 
     num_owned: int
@@ -62,9 +65,11 @@ class HaloExchange(Protocol):
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
+    def complete_step(self) -> None: ...
+
     def end_epoch(self) -> dict: ...
 
-    def close(self) -> None: ...
+    def close(self, complete: bool = True) -> None: ...
 
 
 class NoExchange:
@@ -90,10 +95,13 @@ class NoExchange:
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         return owned
 
+    def complete_step(self) -> None:
+        pass
+
     def end_epoch(self) -> dict:
         return {}
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> None:
         pass
 
 

@@ -1,10 +1,35 @@
 """The output part: progress, metrics, checkpoints, sweeps."""
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 from .options import option
+
+CHECKPOINT_NAME = re.compile(r"^epoch_(\d+)\.pt$")  # what save_checkpoint writes: epoch_{epoch}.pt
+
+
+def find_checkpoint(directory: str) -> tuple:
+    """``(path, epoch)`` of the newest checkpoint in ``directory``: the ``epoch_N.pt`` of the
+    largest N (not the newest file: a folder written by two runs keeps its order).
+
+    Raises ``ValueError`` naming the problem: the folder is missing or holds no checkpoint.
+    Reads only names (no torch): the CLI calls it before the cluster starts.
+    """
+    if not os.path.exists(directory):
+        raise ValueError(f"--resume {directory}: no such folder")
+    if not os.path.isdir(directory):
+        raise ValueError(f"--resume {directory} is not a folder (give the --checkpoint-dir of the run "
+                         f"to resume)")
+    found = [(int(m.group(1)), name) for name in os.listdir(directory)
+             if (m := CHECKPOINT_NAME.match(name)) and os.path.isfile(os.path.join(directory, name))]
+    if not found:
+        raise ValueError(f"--resume {directory} holds no checkpoint (epoch_N.pt): was it the "
+                         f"--checkpoint-dir of a run that finished at least one epoch?")
+    epoch, name = max(found)
+    return os.path.join(directory, name), epoch
 
 
 @dataclass
@@ -17,12 +42,25 @@ class OutputConfig:
     metrics: str | None = option(None, "write the metrics JSON here")
     checkpoint_dir: str | None = option(None, "rank 0 saves weights and optimizer state here (epoch_N.pt)")
     checkpoint_every: int = option(1, "save a checkpoint every N epochs")
+    resume: str | None = option(None, "continue a stopped run from the newest epoch_N.pt in this "
+                                      "--checkpoint-dir of it (weights, optimizer, step) at epoch N+1, up to "
+                                      "--epochs; new checkpoints go there too unless --checkpoint-dir is given")
     epoch_gate: str | None = option(None, "benchmarks: FIFO folder that steps epochs one by one "
                                           "(dgl_sni.worker.EpochGate)", hidden=True)
     sweep: str | None = option(None, "JSON list of runs (each a dict of model/optimiser/prediction settings) "
                                      "to train one after another on the same cluster; --metrics is then a folder")
 
+    @property
+    def checkpoints_to(self) -> str | None:
+        """Where checkpoints are written: ``--checkpoint-dir``, else the ``--resume`` folder
+        (a run resumed twice continues from the second run's checkpoints)."""
+        return self.checkpoint_dir or self.resume
+
     def validate(self) -> "OutputConfig":
         if self.checkpoint_every < 1:
             raise ValueError(f"--checkpoint-every must be at least 1, got {self.checkpoint_every}")
+        if self.resume is not None:
+            if self.sweep:
+                raise ValueError("--resume cannot be combined with --sweep (resume one run at a time)")
+            find_checkpoint(self.resume)  # the folder exists and holds a checkpoint
         return self

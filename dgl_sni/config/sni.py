@@ -11,7 +11,7 @@ from .options import option, read_json
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip")
-SYNC_POLICIES = ("fixed", "adaptive", "drift")
+SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 
 
@@ -60,7 +60,9 @@ class SNIConfig:
                              choices=STALE_GRAD, sweep=True)
     sync_policy: str = option("fixed", "fixed: sync every E-th epoch; adaptive: on stale epochs also pull rows "
                                        "whose predicted drift is large; drift: sync when the weights moved more "
-                                       "than --sync-drift since the last sync, at least every E-th epoch",
+                                       "than --sync-drift since the last sync, at least every E-th epoch; pipeline: every epoch after "
+                                       "warm-up uses the halo rows and gradients of the previous one, exchanged "
+                                       "while it computes (PipeGCN; no agent, --sync-interval unused)",
                               choices=SYNC_POLICIES, sweep=True)
     sync_drift: float = option(0.05, "drift policy: relative change of an exchanged layer's weights since the "
                                      "last sync that makes the next epoch sync", sweep=True)

@@ -48,7 +48,14 @@ class TrainConfig:
     def sni_active(self) -> bool:
         """Stale epochs can happen (otherwise the plain exact exchange runs, no agent)."""
         sni = self.sni
+        if sni.sync_policy == "pipeline":
+            return False  # every step exchanges (one step late): nothing for an agent to serve
         return sni.predictor != "none" and (sni.sync_interval > 1 or sni.sync_policy == "adaptive")
+
+    @property
+    def pipelined(self) -> bool:
+        """Training steps after warm-up are pipelined (halo rows and gradients one step old)."""
+        return self.sni.sync_policy == "pipeline"
 
     def validate(self) -> "TrainConfig":
         """Raise ``ValueError`` naming the first bad setting."""
@@ -57,6 +64,15 @@ class TrainConfig:
         if self.sni.quantize and self.tier.storage_tier:
             raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
                              "served from the owners' files as float32)")
+        if self.output.resume is not None:
+            from .output import find_checkpoint
+            _, epoch = find_checkpoint(self.output.resume)
+            if epoch + 1 >= self.model.epochs:
+                raise ValueError(f"--resume {self.output.resume}: its newest checkpoint is of epoch {epoch}, and "
+                                 f"--epochs {self.model.epochs} ends there: nothing to resume (raise --epochs)")
+        if self.pipelined and self.tier.storage_tier:
+            raise ValueError("--sync-policy pipeline is not supported with --storage-tier (the tier's "
+                             "layers publish rows unit by unit, and a pipelined step would need two copies)")
         return self
 
     def to_argv(self) -> list:

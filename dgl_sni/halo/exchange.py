@@ -13,6 +13,15 @@ in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloRes
 per hidden layer; this module only moves rows. Stale steps pull no embedding, so no
 barrier is needed before the layer; their halo gradients are still pushed unless
 ``stale_grad == "skip"``.
+
+Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
+publish and push as exact steps do, but use the halo rows and gradients of the previous
+step: a layer's pull is sent and left on the wire (:mod:`dgl_sni.halo.async_pull`),
+pushes are not flushed, and both complete at the end of the step (:meth:`complete_step`),
+so the rows travel while the trainer computes the layers above, the backward pass and the
+optimiser step. Steps alternate between two sets of tensors (:meth:`LayerTensors.for_step`), so no
+write meets a read still in flight; the barriers of the next step's layers order every
+trainer's completed step before anyone reads its gradient shard.
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from storage_tier.protocols import Owned
 
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, SyncSchedule, WeightDrift
+from . import async_pull
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin
 from .tensors import LayerTensors
@@ -42,12 +52,13 @@ class KVHaloExchange:
     ``tensors``: the job's :class:`~dgl_sni.halo.tensors.LayerTensors` (widths of the rows
     exchanged before layers ``1..L-1``). With ``cfg`` (an active
     :class:`~dgl_sni.config.SNIConfig`), ``agent`` and ``edge_counts`` (edges from each halo
-    row into the partition), stale steps are served by the agent.
+    row into the partition), stale steps are served by the agent. With ``pipeline_from``
+    (``tensors`` made with ``pipeline``), training steps from that one on are pipelined.
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
-                 edge_counts: np.ndarray | None = None, seed: int = 0):
+                 edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.kv = get_kvstore()
         self.num_owned = int(owned_gids.numel())
@@ -62,7 +73,19 @@ class KVHaloExchange:
         # one representative row per remote owner, pulled after pushes to flush them
         self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
             if self.owner_machines else torch.empty(0, dtype=torch.int64)
+        self.tensors = tensors
         self.emb, self.grad = tensors.emb, tensors.grad
+        if pipeline_from is not None and not tensors.pipeline:
+            raise ValueError("a pipelined exchange needs LayerTensors made with pipeline=True")
+        if pipeline_from is not None and cfg is not None:
+            raise ValueError("pipelined steps replace stale steps: use --sync-policy pipeline without a "
+                             "sync interval above 1")
+        self.pipeline_from = pipeline_from
+        self._in_flight = {}  # layer -> PendingPull of the last pipelined step's rows
+        self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined or exact)
+        self._last_grad = {}  # layer -> gradient received for owned rows at the last exact step
+        self._grad_pending = False  # pushes of the last pipelined step not yet flushed
+        self._last_training_step = None
         self.tier_backed = tensors.tier_root is not None
         self.quantize, self.seed, self.dims = tensors.quantize, seed, tensors.dims
         if self.quantize and self.tier_backed:
@@ -83,6 +106,10 @@ class KVHaloExchange:
             for layer, dim in enumerate(tensors.dims, start=1)}
         self.step, self.mode, self.training = 0, "sync", True
         self._predictor_s = 0.0
+        if tensors.pipeline:  # an earlier run of a sweep may have ended on unread pushes
+            for step in (0, 1):
+                for grad in tensors.for_step(step)[1].values():
+                    self._take_received(grad)
 
     def owned_local_offsets(self) -> np.ndarray:
         """Shard offset of every owned row, in block row order."""
@@ -96,6 +123,14 @@ class KVHaloExchange:
         ask the agent for every layer's rows at once, so predictions are computed while
         the trainer computes the layers below."""
         self.step, self.training = step, training
+        self.complete_step()
+        self.emb, self.grad = self.tensors.for_step(step if training else step + 1)
+        if self.pipeline_from is not None:
+            ready = training and step >= self.pipeline_from and self._last_training_step == step - 1
+            self.mode = "pipelined" if ready else "sync"
+            if training:
+                self._last_training_step = step
+            return self.mode
         self.mode = self.schedule.mode(step) if self.schedule is not None else "sync"
         if self.mode == "stale" and not training and not self.cfg.stale_eval:
             self.mode = "sync"  # exact evaluation: fresh rows (its traffic is eval_bytes)
@@ -104,7 +139,34 @@ class KVHaloExchange:
         if self.mode == "stale":
             for resolver in self.resolvers.values():
                 resolver.prefetch(step)
+        elif training and self.cfg is not None:  # a sync step may score the agent's preview
+            for resolver in self.resolvers.values():
+                resolver.prefetch_preview(step, own_rows=True)
         return self.mode
+
+    def complete_step(self) -> None:
+        """Receive the rows the last pipelined step left on the wire and flush its pushes
+        (their time is the communication the pipeline did not hide); a no-op otherwise.
+        Also waits for the resolvers' background work (the drift transfer's scoring).
+        Called by the worker at the end of each training step, and by :meth:`begin_step`."""
+        for resolver in self.resolvers.values():
+            resolver.settle()
+        if not self._in_flight and not self._grad_pending:
+            return
+        with self.counters.timing("comm_s"):
+            for layer, pending in self._in_flight.items():
+                rows = pending.wait()
+                self.counters.bytes_recv += rows.numel() * rows.element_size()
+                self._last_rows[layer] = self._decode(layer, rows)
+            self._in_flight.clear()
+            if self._grad_pending and self._flush_ids.numel():
+                self.grad[1][self._flush_ids]  # ordered after the last step's pushes on each owner
+            self._grad_pending = False
+
+    def _decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
+        if self.quantize:
+            return decode(pulled, self.dims[layer - 1], self.quantize).numpy()
+        return pulled.numpy()
 
     def watch_weights(self, params) -> None:
         """The weights whose change since the last sync drives the ``drift`` policy (the
@@ -123,7 +185,11 @@ class KVHaloExchange:
             out["weight_drift"] = self.schedule.last_drift
         return out
 
-    def close(self) -> None:
+    def close(self, complete: bool = True) -> None:
+        """End the job: receive what a last pipelined step left on the wire (``complete``;
+        not after an error, when peers may be gone) and release the agent."""
+        if complete:
+            self.complete_step()
         if self.agent is not None:
             self.agent.close()
 
@@ -174,32 +240,61 @@ class KVHaloExchange:
         resolver = self.resolvers[layer]
         own = owned.detach().numpy() if resolver.transfer is not None and self.training \
             and isinstance(owned, torch.Tensor) else None
-        resolved = resolver.resolve(self.step, self.training, _LayerSource(self, layer, owned), own=own,
-                                    mode=self.mode)
+        pipelined = self.mode == "pipelined"
+        source = (_PipelinedSource if pipelined else _LayerSource)(self, layer, owned)
+        resolved = resolver.resolve(self.step, self.training, source, own=own,
+                                    mode="sync" if pipelined else self.mode)
+        if self.pipeline_from is not None and self.training and not pipelined:
+            self._last_rows[layer] = resolved.rows  # the first pipelined step uses them
         return torch.from_numpy(np.ascontiguousarray(resolved.rows))
 
     def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
         """Send halo gradients to their owners; return the gradient others sent for owned rows."""
         if self.mode == "stale" and self.cfg.stale_grad == "skip":
             return grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
-        grad_tensor = self.grad[layer]
+        if self.mode == "pipelined":
+            return self._pipelined_backward(layer, grad_halo)
+        self._push(layer, grad_halo)
         if self.halo_gids.numel():
-            grad_halo = grad_halo.contiguous()
-            if self.quantize:
-                grad_halo = encode(grad_halo, self.quantize, self._coder(layer, 1))
             with self.counters.timing("comm_s"):
-                self.kv.push(grad_tensor.kvstore_key, self.halo_gids, grad_halo)
-                grad_tensor[self._flush_ids]  # ordered after the pushes on each owner
-            self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
-            self.counters.add("pushed_rows", int(self.halo_gids.numel()))
+                self.grad[layer][self._flush_ids]  # ordered after the pushes on each owner
         self.collective.barrier()
+        received = self._take_received(self.grad[layer])
+        if self.pipeline_from is not None and self.training:
+            self._last_grad[layer] = received  # the first pipelined step uses it
+        return received
+
+    def _take_received(self, grad_tensor: DistTensor) -> torch.Tensor:
+        """The gradient pushed to this worker's owned rows of ``grad_tensor`` (a copy), and
+        its shard zeroed for the next step that uses it."""
         shard = grad_tensor.local_partition
-        received = self._read_owned(shard).to(torch.float32)  # a copy: the shard is zeroed next
+        received = self._read_owned(shard).to(torch.float32)
         if self._owned_local is None:
             shard[: self.num_owned] = 0
         else:
             shard[self._owned_local] = 0
         return received
+
+    def _push(self, layer: int, grad_halo: torch.Tensor) -> None:
+        """Send halo gradients to their owners' shards of this step's set (not flushed)."""
+        if not self.halo_gids.numel():
+            return
+        grad_halo = grad_halo.contiguous()
+        if self.quantize:
+            grad_halo = encode(grad_halo, self.quantize, self._coder(layer, 1))
+        with self.counters.timing("comm_s"):
+            self.kv.push(self.grad[layer].kvstore_key, self.halo_gids, grad_halo)
+        self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
+        self.counters.add("pushed_rows", int(self.halo_gids.numel()))
+
+    def _pipelined_backward(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
+        """Push this step's halo gradients (they complete at the next step) and return what
+        the others sent for owned rows at the previous step."""
+        self._push(layer, grad_halo)
+        self._grad_pending = True
+        if layer in self._last_grad:  # the previous step was exact: its received gradient
+            return self._last_grad.pop(layer)
+        return self._take_received(self.tensors.for_step(self.step - 1)[1][layer])
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         return _ExchangeFunction.apply(owned, self, layer)
@@ -237,6 +332,26 @@ class _LayerSource:
             true = self._rows(ex.emb[self.layer][ex.halo_gids])
         ex.counters.add("measure_bytes", true.nbytes)  # not training traffic
         return true
+
+
+class _PipelinedSource(_LayerSource):
+    """A pipelined step's halo rows: ``pull`` sends this step's pull, leaves it on the wire
+    (completed at the next step) and answers with the previous training step's rows."""
+
+    def __init__(self, exchange: KVHaloExchange, layer: int, owned: Owned):
+        super().__init__(exchange, layer, owned)
+        self.origin = Origin.PIPELINED
+
+    def pull(self, ids: np.ndarray | None) -> np.ndarray:
+        ex = self.exchange
+        if ids is not None:
+            raise ValueError("a pipelined step pulls every halo row of its layer")
+        if ex.halo_gids.numel():
+            with ex.counters.timing("comm_s"):
+                ex._in_flight[self.layer] = async_pull.send_pull(
+                    ex.kv, ex.emb[self.layer].kvstore_key, ex.halo_gids)
+            ex.counters.add("pulled_rows", int(ex.halo_gids.numel()))
+        return ex._last_rows[self.layer]
 
 
 class _ExchangeFunction(torch.autograd.Function):

@@ -15,12 +15,15 @@ per-row :class:`Origin`:
 * ``REPULLED`` -- stale steps with the adaptive policy: rows whose predicted drift
   exceeds the bound, pulled again;
 * ``TIER`` -- pulled from a tier-backed tensor: the owner's server read them from its
-  storage tier files (:mod:`storage_tier.shard`).
+  storage tier files (:mod:`storage_tier.shard`);
+* ``PIPELINED`` -- pipelined steps (``sync_policy`` ``pipeline``): the owners' rows of the
+  previous step, pulled while that step computed.
 
 Rows are counted once, from the origins, when a step's rows are final: ``cached_rows``,
 ``predicted_rows`` (predicted or transferred: not the cache), ``transfer_rows``,
-``adaptive_rows``, ``served_rows`` (answered without a pull). Bytes and time on the wire are
-the source's business (:class:`HaloSource`).
+``adaptive_rows``, ``served_rows`` (answered without a pull), ``pipelined_rows``. ``agent_wait_s``: time blocked
+waiting for the agent's rows (the part of its work that computing did not hide). Bytes and
+time on the wire are the source's business (:class:`HaloSource`).
 
 Callers: :class:`~dgl_sni.halo.exchange.KVHaloExchange` (full-graph trainers, in memory and
 on the storage tier: one resolver per hidden layer) and the stock-script switch
@@ -29,6 +32,8 @@ on the storage tier: one resolver per hidden layer) and the stock-script switch
 from __future__ import annotations
 
 import enum
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -55,6 +60,7 @@ class Origin(enum.IntEnum):
     TRANSFERRED = 5
     REPULLED = 6
     TIER = 7
+    PIPELINED = 8
 
 
 @dataclass
@@ -229,6 +235,16 @@ class StaticRowCache:
         return int((self._slot >= 0).sum())
 
 
+_SCORER = None  # one thread per trainer process for the drift transfer's sync-step work
+
+
+def _scorer() -> ThreadPoolExecutor:
+    global _SCORER
+    if _SCORER is None:
+        _SCORER = ThreadPoolExecutor(1, thread_name_prefix="sni-transfer")
+    return _SCORER
+
+
 def may_serve_stale(cfg: "SNIConfig | None") -> bool:
     """Whether a resolver with this configuration can ever answer a step without pulling
     (a stale step): never with no predictor or at sync interval 1, so the stock-script
@@ -266,6 +282,8 @@ class HaloResolver:
             self._new_table(self.ids, dim)
         self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
+        self._preview_step = None  # the sync step whose preview the agent was asked for ahead
+        self._scoring: Future | None = None  # a sync step's transfer scoring, running in the background
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -278,10 +296,46 @@ class HaloResolver:
             return "sync"
         return self.schedule.mode(step)
 
+    def settle(self) -> None:
+        """Wait for the last sync step's transfer scoring (it runs beside the trainer's
+        compute and communication) and count its time as ``transfer_s``. Every entry point
+        settles first, so the transfer is never read half-updated; the exchange also
+        settles at the end of each step."""
+        if self._scoring is not None:
+            job, self._scoring = self._scoring, None
+            self.counters.add("transfer_s", job.result())
+
+    def _score_sync(self, synced: np.ndarray, own: np.ndarray, agent_rows: np.ndarray,
+                    fresh: np.ndarray) -> float:
+        """A sync step's transfer work, in order: score the map from the last sync against
+        the fresh rows, then take this sync's own rows as the base of the next maps."""
+        start = time.perf_counter()
+        transfer = self.transfer
+        if transfer.ready:
+            transfer.score(transfer.transferred(synced, own), agent_rows, fresh)
+        transfer.on_sync(own)
+        return time.perf_counter() - start
+
     def prefetch(self, step: int) -> None:
         """Let the agent start computing a stale step's rows (returns at once)."""
+        self.settle()
         if self.table is not None:
             self.table.prefetch(step)
+
+    def prefetch_preview(self, step: int, own_rows: bool) -> None:
+        """A training sync step: let the agent start computing the preview that step will
+        score or measure (returns at once; nothing when it will not be needed).
+        ``own_rows``: the caller will hand the worker's own rows (the transfer scores)."""
+        self.settle()
+        if self._wants_preview(own_rows):
+            self.table.prefetch(step, preview=True)
+            self._preview_step = step
+
+    def _wants_preview(self, own_rows: bool) -> bool:
+        table, transfer = self.table, self.transfer
+        if table is None or not table.has_history:
+            return False
+        return (own_rows and transfer is not None and transfer.ready) or self.cfg.measure_staleness
 
     # ------------------------------------------------------------------ resolving
     def resolve(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
@@ -294,6 +348,7 @@ class HaloResolver:
         ``stale`` as the caller's schedule decided (the full-graph exchange: its schedule,
         and exact evaluation pulls fresh rows at a stale step), else this resolver's own.
         """
+        self.settle()
         if self.static:
             return self._resolve_static(source, ids)
         mode = self.mode(step) if mode is None or self.table is None else mode
@@ -305,6 +360,8 @@ class HaloResolver:
         source.publish()
         fresh = source.pull(ids)
         resolved = Resolved(fresh, _origins(fresh.shape[0], source.origin))
+        if source.origin == Origin.PIPELINED:
+            self.counters.add("pipelined_rows", fresh.shape[0])
         if self.agent is None or not training or fresh.ndim != 2 or fresh.dtype != np.float32:
             return resolved
         if ids is not None:  # a stock script's pull: observe the tracked rows it holds
@@ -312,25 +369,32 @@ class HaloResolver:
             return resolved
         table, transfer = self.table, self.transfer
         scoring = own is not None and transfer is not None and transfer.ready
-        if table.has_history and (scoring or self.cfg.measure_staleness):
-            # what would this step have served? (the transfer's gates score it; measured on request)
-            used, weight = table.preview(step)
-            if scoring:
+        prefetched, self._preview_step = self._preview_step == step, None
+        want = self._wants_preview(own is not None)
+        if want:
+            # what would this step have served? (the transfer's gates score it; measured on
+            # request); prefetched by the exchange at the start of the step
+            with self.counters.timing("agent_wait_s"):  # blocked on the agent's reply
+                used, weight = table.preview(step)
+            if scoring and self.cfg.measure_staleness:  # what it served, with the chosen rows moved
                 with self.counters.timing("transfer_s"):
-                    moved = transfer.transferred(table.synced, own)
-                    agent_rows = used
-                    used, _ = transfer.serve(agent_rows, moved)
-                    transfer.score(moved, agent_rows, fresh)
-            if self.cfg.measure_staleness:
+                    served, _ = transfer.serve(used, transfer.transferred(table.synced, own))
+                table.measure(served, weight, fresh)
+            elif self.cfg.measure_staleness:
                 table.measure(used, weight, fresh)
+        elif prefetched:  # asked for, but the rows it was for did not come (not in memory)
+            table.preview(step)
+        synced = table.synced  # observe replaces it (a new array): the scoring keeps the old one
         table.observe(step, fresh)
-        if own is not None and transfer is not None:
-            transfer.on_sync(own)
+        if own is not None and transfer is not None:  # off the critical path (see settle)
+            self._scoring = _scorer().submit(self._score_sync, synced, np.array(own, dtype=np.float32),
+                                             used if scoring else None, fresh)
         return resolved
 
     def _resolve_stale(self, step, training, source, own, ids) -> Resolved:
         cfg, table, transfer = self.cfg, self.table, self.transfer
-        used, weight = table.served(step)
+        with self.counters.timing("agent_wait_s"):  # blocked on the agent's reply (not hidden)
+            used, weight = table.served(step)
         origin = np.where(weight > 0, int(Origin.PREDICTED), int(Origin.CACHED)).astype(np.uint8)
         transfer_live = own is not None and transfer is not None and transfer.ready and transfer.serving
         if transfer_live:  # gates closed: no fit

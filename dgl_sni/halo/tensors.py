@@ -3,7 +3,10 @@
 For every hidden layer ``l`` a job has two ``DistTensor`` objects sharded like the
 graph's nodes: ``<name>_h{l}`` (embeddings) and ``<name>_g{l}`` (gradients, with a push
 handler that accumulates, in float64 so that the sum of several workers' contributions
-to a row does not depend on their order of arrival).
+to a row does not depend on their order of arrival). A pipelined job (rows and gradients
+one step old, on the wire while the trainer computes) has a second set, ``<name>_p*``:
+steps alternate between the two, so a step's writes never meet the previous step's
+reads still in flight.
 """
 from __future__ import annotations
 
@@ -32,32 +35,48 @@ class LayerTensors:
     by the tier: servers answer pulls from the owners' tier files
     (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. With ``quantize``
     (bits) the embedding tensors hold encoded rows and gradients are pushed encoded
-    (:mod:`dgl_sni.halo.quantize`). Made by the
+    (:mod:`dgl_sni.halo.quantize`). With ``pipeline`` there are two sets, ``emb``/``grad``
+    for even steps and ``emb_odd``/``grad_odd`` for odd ones (:meth:`for_step`). Made by the
     worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
 
-    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, quantize: int = 0):
+    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, quantize: int = 0,
+                 pipeline: bool = False):
+        if pipeline and tier_root is not None:
+            raise ValueError("pipelined halo rows (--sync-policy pipeline) cannot be tier-backed "
+                             "(--storage-tier with several workers)")
+        self.dims = list(dims)
+        self.tier_root, self.quantize, self.pipeline = tier_root, quantize, pipeline
+        self.emb, self.grad = self._make(graph, name, tier_root, quantize)
+        self.emb_odd, self.grad_odd = self._make(graph, f"{name}_p", None, quantize) if pipeline else (None, None)
+
+    def for_step(self, step: int) -> tuple:
+        """(embedding, gradient) tensors of ``step``: one set, or the set of its parity."""
+        if self.pipeline and step % 2:
+            return self.emb_odd, self.grad_odd
+        return self.emb, self.grad
+
+    def _make(self, graph, name: str, tier_root: str | None, quantize: int) -> tuple:
         policy = graph.get_node_partition_policy("_N")
         n = graph.num_nodes()
         kv = get_kvstore()
-        self.dims = list(dims)
-        self.tier_root, self.quantize = tier_root, quantize
-        self.emb, self.grad = {}, {}
+        dims = self.dims
+        emb, grad = {}, {}
         for layer, dim in enumerate(dims, start=1):
             if quantize:  # rows travel encoded (dgl_sni.halo.quantize)
-                self.emb[layer] = DistTensor((n, packed_width(dim, quantize)), torch.uint8,
-                                             name=f"{name}_q{layer}", part_policy=policy)
+                emb[layer] = DistTensor((n, packed_width(dim, quantize)), torch.uint8,
+                                        name=f"{name}_q{layer}", part_policy=policy)
             elif tier_root is None:
-                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
-                                             part_policy=policy)
+                emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                        part_policy=policy)
             else:  # rows stay in the owners' tier files; the shard holds no memory
                 from storage_tier.shard import TierPullHandler, layer_tag
-                self.emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
-                                             part_policy=policy, init_func=lazy_zeros)
-                kv.register_pull_handler(self.emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
+                emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
+                                        part_policy=policy, init_func=lazy_zeros)
+                kv.register_pull_handler(emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
             # float64 on the owner: a row's contributions from several workers arrive in any
             # order, and summed in float32 their sum would depend on it
-            self.grad[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}",
-                                          part_policy=policy)
-            kv.register_push_handler(self.grad[layer].kvstore_key,
+            grad[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}", part_policy=policy)
+            kv.register_push_handler(grad[layer].kvstore_key,
                                      quantized_accumulate_handler if quantize else accumulate_push_handler)
+        return emb, grad

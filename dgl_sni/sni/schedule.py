@@ -19,9 +19,15 @@ class SyncSchedule:
 
     def __init__(self, warmup: int, interval: int, enabled: bool = True):
         self.warmup, self.interval, self.enabled = warmup, interval, enabled
+        self.resumed_at = None
+
+    def resume_at(self, step: int) -> None:
+        """A run resumed from a checkpoint starts at ``step`` with empty agent tables: that
+        step syncs (its observation seeds them); the steps after it follow the schedule."""
+        self.resumed_at = step
 
     def is_sync(self, step: int) -> bool:
-        if not self.enabled or step < self.warmup:
+        if not self.enabled or step < self.warmup or step == self.resumed_at:
             return True
         return (step - self.warmup) % self.interval == 0
 
@@ -88,6 +94,13 @@ class DriftSchedule:
 
     def is_sync(self, step: int) -> bool:
         return self.mode(step) == "sync"
+
+    def resume_at(self, step: int) -> None:
+        """A run resumed from a checkpoint starts at ``step`` with empty agent tables: as at
+        a fresh start, that step syncs (no sync has happened yet) and re-takes the meter's
+        reference weights."""
+        self._modes = {}
+        self._last_sync = None
 
     def _syncs(self, step: int) -> bool:
         if not self.enabled or step < self.warmup or self._last_sync is None:

@@ -10,7 +10,8 @@ switch).
 The agent may die or stall (``dpu_agent.supervisor``): then a stale step gets the rows of
 the last sync (the cache, weight 0), observations only update the trainer's copy, and at
 the next sync, once an agent is back (a new generation), the table is created again there
-and re-seeded with the rows of that sync.
+and re-seeded with the rows of that sync. The same holds for an agent lost while the table is
+created: it is created at the first sync once an agent is back.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ class HaloTable:
         self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
         self._params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
         self._generation = agent.generation  # the agent generation that holds this table
-        agent.add_table(table_id, self.num_rows, dim, self.sampled, self._kind, **self._params)
+        try:
+            agent.add_table(table_id, self.num_rows, dim, self.sampled, self._kind, **self._params)
+        except AgentLost:  # logged once by the supervisor; created at the first sync once an agent is back
+            self._generation = None
 
     @property
     def has_history(self) -> bool:
@@ -52,11 +56,12 @@ class HaloTable:
         rows = self.synced.copy() if self.synced is not None else np.zeros((self.num_rows, self.dim), np.float32)
         return rows, np.zeros(self.num_rows, np.float32)
 
-    def prefetch(self, step: int) -> None:
-        """Let the agent start computing the rows of ``step`` (returns at once)."""
+    def prefetch(self, step: int, preview: bool = False) -> None:
+        """Let the agent start computing the rows of ``step`` (returns at once); ``preview``:
+        what it would serve there, without advancing its state (a sync step's :meth:`preview`)."""
         if self.num_rows and self._agent_holds_table:
             try:
-                self.agent.request(self.table_id, step)
+                self.agent.request(self.table_id, step, preview)
             except AgentLost:
                 pass
 

@@ -1,4 +1,5 @@
-"""What every full-graph trainer shares: settings, the worker's view, the base class.
+"""What every full-graph trainer shares: settings, the worker's view, the base class,
+checkpoints (``--checkpoint-dir``) and resuming from them (``--resume``).
 
 :class:`TrainerBase` is the base of :class:`~dgl_sni.train.full_graph.FullGraphTrainer`
 (in memory) and :class:`~dgl_sni.train.tier.TierTrainer` (through the storage tier).
@@ -12,6 +13,60 @@ import torch
 
 from storage_tier.block import GraphBlock
 from ..config import ModelConfig  # noqa: F401  (re-exported by dgl_sni.train)
+from ..config.output import find_checkpoint
+
+# what a checkpoint holds: 1 = epoch, model, optimizer; 2 adds the trainer's step counters
+# and the model settings (a format-1 file is still loaded: one step per epoch)
+CHECKPOINT_FORMAT = 2
+_MODEL_KEYS = ("model", "layers", "hidden", "heads", "dropout", "lr", "weight_decay", "seed")
+
+
+def resume_point(directory: str, epochs: int) -> tuple:
+    """``(path, epoch)`` of the checkpoint ``--resume directory`` continues from (the newest
+    ``epoch_N.pt`` by N); a ``ValueError`` when the folder has none or when epoch N was the
+    last of ``epochs`` (nothing left to train)."""
+    path, epoch = find_checkpoint(directory)
+    if epoch + 1 >= epochs:
+        raise ValueError(f"--resume {directory}: its newest checkpoint {os.path.basename(path)} is of epoch "
+                         f"{epoch}, and --epochs {epochs} ends at epoch {epochs - 1}: nothing to resume "
+                         f"(give a larger --epochs, the total of the run, to train further)")
+    return path, epoch
+
+
+def read_checkpoint(path: str) -> dict:
+    """The checkpoint in ``path`` as a dict with ``epoch``, ``step``, ``epoch_step``, ``model``,
+    ``optimizer`` (format 1 files get ``step = epoch + 1``); ``ValueError`` if it is none."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise ValueError(f"checkpoint {path} does not exist") from None
+    except Exception as err:  # noqa: BLE001 -- truncated, not a torch file, foreign objects
+        raise ValueError(f"checkpoint {path} cannot be read ({type(err).__name__}: {err})") from None
+    if not isinstance(ckpt, dict) or not {"epoch", "model", "optimizer"} <= set(ckpt):
+        raise ValueError(f"{path} is not a dgl-sni checkpoint (no epoch, model and optimizer in it)")
+    fmt = ckpt.get("format", 1)
+    if fmt > CHECKPOINT_FORMAT:
+        raise ValueError(f"checkpoint {path} has format {fmt}, newer than this dgl-sni reads "
+                         f"({CHECKPOINT_FORMAT})")
+    ckpt = dict(ckpt)
+    ckpt.setdefault("step", int(ckpt["epoch"]) + 1)  # format 1: one optimisation step per epoch
+    ckpt.setdefault("epoch_step", ckpt["step"] - 1)
+    return ckpt
+
+
+def _state_mismatch(saved: dict, here: dict) -> list:
+    """What differs between two state dicts' names and shapes, in words."""
+    problems = []
+    missing = [k for k in here if k not in saved]
+    extra = [k for k in saved if k not in here]
+    if missing:
+        problems.append(f"missing from the checkpoint: {', '.join(missing)}")
+    if extra:
+        problems.append(f"only in the checkpoint: {', '.join(extra)}")
+    for k in here:
+        if k in saved and tuple(saved[k].shape) != tuple(here[k].shape):
+            problems.append(f"{k} is {list(saved[k].shape)} in the checkpoint, {list(here[k].shape)} in this run")
+    return problems
 
 
 @dataclass
@@ -57,11 +112,42 @@ class TrainerBase:
         return dict(eval_train_acc=acc[0], val_acc=acc[1], test_acc=acc[2])
 
     def save_checkpoint(self, path: str, epoch: int) -> None:
-        """Write weights and optimiser state atomically (the previous file stays intact on error)."""
+        """Write weights, optimiser state and step counters atomically (the previous file stays
+        intact on error); :meth:`load_checkpoint` continues from it."""
         tmp = f"{path}.tmp"
-        torch.save(dict(epoch=epoch, model=self.model.state_dict(),
+        cfg = getattr(self, "cfg", None)
+        settings = {k: getattr(cfg, k) for k in _MODEL_KEYS if hasattr(cfg, k)}
+        torch.save(dict(format=CHECKPOINT_FORMAT, epoch=epoch, step=self.step, epoch_step=self.epoch_step,
+                        model_config=settings, model=self.model.state_dict(),
                         optimizer=self.optimizer.state_dict()), tmp)
         os.replace(tmp, path)
+
+    def load_checkpoint(self, path: str) -> int:
+        """Continue from the checkpoint in ``path``: weights, optimiser state (Adam moments and
+        step) and the step counters (they key the dropout masks, so training goes on as if
+        never stopped). The optimiser's settings (lr, weight decay) stay this trainer's.
+        Returns the checkpoint's epoch; a ``ValueError`` names what does not fit."""
+        ckpt = read_checkpoint(path)
+        here = self.model.state_dict()
+        problems = _state_mismatch(ckpt["model"], here)
+        if problems:
+            cfg = getattr(self, "cfg", None)
+            saved_cfg = ckpt.get("model_config", {})
+            differ = [f"--{k.replace('_', '-')} {saved_cfg[k]} in the checkpoint, {getattr(cfg, k)} in this run"
+                      for k in saved_cfg if hasattr(cfg, k) and saved_cfg[k] != getattr(cfg, k)]
+            raise ValueError(f"checkpoint {path} was written for a different model: {'; '.join(problems)}"
+                             + (f" (settings: {'; '.join(differ)})" if differ else
+                                " (check --model, --layers, --hidden, --heads, --storage-tier)"))
+        kept = [{k: v for k, v in g.items() if k != "params"} for g in self.optimizer.param_groups]
+        try:
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+        except ValueError as err:
+            raise ValueError(f"checkpoint {path}: its optimizer state does not fit this model ({err})") from None
+        for group, settings in zip(self.optimizer.param_groups, kept):
+            group.update(settings)
+        self.model.load_state_dict(ckpt["model"])
+        self.step, self.epoch_step = int(ckpt["step"]), int(ckpt["epoch_step"])
+        return int(ckpt["epoch"])
 
     def state(self) -> dict:
         """Current weights by parameter name (for comparisons and checkpoints)."""

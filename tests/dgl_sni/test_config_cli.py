@@ -21,10 +21,11 @@ OLD_KEYS = (
     "subparts quiet metrics checkpoint_dir checkpoint_every epoch_gate sweep").split()
 STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DGL_SNI_CONFIG only
 # settings added since the parts existed (issues 11 and 13)
-NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir"}
+NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume"}
 # settings the non-default config below leaves at their defaults, and why
 KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
-        "agent_dir": "standalone socket agents need --agent process (the config sets inline)"}
+        "agent_dir": "standalone socket agents need --agent process (the config sets inline)",
+        "resume": "needs a folder holding a checkpoint, and excludes --sweep (the config sets one)"}
 
 
 def _train_parser():

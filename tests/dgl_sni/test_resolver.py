@@ -4,6 +4,7 @@ import numpy as np
 from dgl_sni.config import SNIConfig
 from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.metrics import Counters
+from dgl_sni.sni.transfer import DriftTransfer
 from dpu_agent.client import InlineAgentClient
 
 N, D = 30, 4
@@ -132,3 +133,89 @@ def test_static_rows_are_pulled_once_then_served_exactly():
     assert list(b.origin) == [Origin.STATIC] * 3 + [Origin.PULLED] * 3
     assert np.array_equal(b.rows[:3], a.rows[3:])
     assert counters.extra["served_rows"] == 3 and src.pulled == [6, 3]
+
+
+class RecordingAgent(InlineAgentClient):
+    """The inline agent, recording the order of requests and results (a sync step's preview)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls, self._inside = [], False
+
+    def request(self, table, step, preview=False):
+        if not self._inside:
+            self.calls.append(("request", step, preview))
+        super().request(table, step, preview)
+
+    def result(self, table, step, preview=False):
+        self.calls.append(("result", step, preview))
+        self._inside = True
+        try:
+            return super().result(table, step, preview)
+        finally:
+            self._inside = False
+
+
+def _own(step):
+    return (np.arange(8 * D, dtype=np.float32).reshape(8, D) * 0.1 + step * (1 + step)).clip(min=0)
+
+
+def _drive(res, src, steps, settle_each=False):
+    """Steps as the exchange drives them; returns the rows of every stale step."""
+    served = []
+    for step in steps:
+        src.step = step
+        if res.mode(step) == "sync":
+            res.prefetch_preview(step, own_rows=True)
+        else:
+            res.prefetch(step)
+        out = res.resolve(step, True, src, own=_own(step))
+        if settle_each:
+            res.settle()
+        if res.mode(step) == "stale":
+            served.append(out.rows.copy())
+    res.settle()
+    return served
+
+
+def test_a_sync_steps_preview_is_asked_for_ahead_and_collected():
+    agent = RecordingAgent()
+    try:
+        res, counters = _resolver(agent, transfer=True)
+        res.transfer = DriftTransfer(res.table.sampled)
+        src = FakeSource()
+        _drive(res, src, range(5))  # syncs 0, 1, 4
+        previews = [c for c in agent.calls if c[2]]
+        # not at 0 (no history yet): at 1 and 4, asked at the start of the step, taken in resolve
+        assert previews == [("request", 1, True), ("result", 1, True), ("request", 4, True), ("result", 4, True)]
+        assert res.transfer.scores.max() == 2  # both scorings ran (in the background), in order
+        assert counters.extra["transfer_s"] > 0  # counted once settled
+
+        # rows not in memory (own=None, the storage tier): the preview asked for is still collected
+        agent.calls.clear()
+        res.prefetch_preview(7, own_rows=True)
+        res.resolve(7, True, src, own=None)
+        assert [c for c in agent.calls if c[2]] == [("request", 7, True), ("result", 7, True)]
+    finally:
+        agent.close()
+
+
+def test_background_scoring_leaves_what_in_line_scoring_leaves():
+    """The transfer's sync-step work runs beside the trainer until the next entry point; a
+    resolver that waits for it at once must end in the same state and serve the same rows."""
+    runs = []
+    for settle_each in (True, False):
+        agent = InlineAgentClient()
+        try:
+            res, _ = _resolver(agent, transfer=True, sync_interval=2)
+            res.transfer = DriftTransfer(res.table.sampled)
+            served = _drive(res, FakeSource(), range(12), settle_each=settle_each)
+            t = res.transfer
+            runs.append((served, t.scores.copy(), t.err_transfer.copy(), t.err_agent.copy(), t._basis.copy()))
+        finally:
+            agent.close()
+    (a_rows, *a_state), (b_rows, *b_state) = runs
+    assert len(a_rows) == len(b_rows) > 0
+    assert all(np.array_equal(x, y) for x, y in zip(a_rows, b_rows))
+    assert all(np.array_equal(x, y) for x, y in zip(a_state, b_state))
+    assert a_state[0].max() >= 3  # it really scored

@@ -47,3 +47,25 @@ def test_weight_drift_is_relative_to_the_last_snapshot():
     assert abs(meter() - 1.0) < 1e-6
     meter.snapshot()
     assert meter() == 0.0
+
+
+def test_resumed_fixed_schedule_syncs_its_first_step_then_keeps_its_pattern():
+    # a run resumed at stale step 3 (its agent tables are empty): step 3 syncs (seeding them),
+    # 4 is stale again and 5, 8 sync as in the unbroken schedule
+    s = SyncSchedule(warmup=2, interval=3)
+    s.resume_at(3)
+    assert "".join("S" if s.is_sync(t) else "." for t in range(3, 10)) == "S.S..S."
+    assert s.mode(3) == "sync" and s.mode(4) == "stale"
+    exact = SyncSchedule(warmup=0, interval=1)
+    exact.resume_at(7)
+    assert all(exact.is_sync(t) for t in range(7, 12))  # interval 1 stays exact
+
+
+def test_resumed_drift_schedule_syncs_its_first_step_and_measures_from_there():
+    meter = Meter([0.01, 0.01, 0.02])
+    s = DriftSchedule(warmup=2, budget=4, bound=0.1, meter=meter)
+    assert [s.mode(t) for t in range(4)] == ["sync", "sync", "stale", "stale"]
+    s.resume_at(4)  # as a fresh schedule restarted at step 4: no sync seen yet
+    assert s.mode(4) == "sync" and meter.snapshots == 3
+    assert s.mode(5) == "stale"  # reads the meter again (0.02), measured from step 4
+    assert meter.readings == []

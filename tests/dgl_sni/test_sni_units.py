@@ -227,3 +227,52 @@ def test_agent_errors_reach_the_trainer():
             remote.stats()
     finally:
         remote.close()
+
+
+class _LostAtAddTable(InlineAgentClient):
+    """An agent that is gone by the time the trainer creates its table."""
+
+    def add_table(self, *args, **kwargs):
+        raise AgentError("the agent went away (connection reset)")
+
+
+def test_agent_lost_at_table_creation_falls_back_and_reseeds_at_revival(caplog):
+    import logging
+
+    from dgl_sni.metrics import Counters
+    from dgl_sni.sni.table import HaloTable
+    from dpu_agent.supervisor import SupervisedAgent
+
+    clients = [_LostAtAddTable(), InlineAgentClient()]
+    started = []
+
+    def start():
+        started.append(clients[len(started)])
+        return started[-1]
+
+    cfg = SNIConfig(predictor="linear-trend", sampling_ratio=0.5)
+    ids, counts = np.arange(40), np.arange(40) % 5 + 1
+    agent, reference = SupervisedAgent(start), InlineAgentClient()
+    try:
+        with caplog.at_level(logging.WARNING, logger="dgl_sni.agent"):
+            table = HaloTable(3, ids, 8, counts, cfg, agent, Counters())  # must not raise
+            ref = HaloTable(3, ids, 8, counts, cfg, reference, Counters())
+            assert not agent.alive and [r.message.count("sni agent lost") for r in caplog.records] == [1]
+            # stale steps without an agent: the rows of the last sync (zeros before any), weight 0
+            rows, weight = table.served(1)
+            assert not rows.any() and not weight.any() and rows.shape == (40, 8)
+            table.drift(1)  # every row due, no call to the lost agent
+            # the next sync brings an agent back: the table is created there and seeded with that sync
+            for t in (0, 3, 6):
+                table.observe(t, _trajectory(t))
+                ref.observe(t, _trajectory(t))
+            assert agent.alive and agent.generation == 1 and len(started) == 2
+            assert sum("sni agent back (generation 1)" in r.message for r in caplog.records) == 1
+            assert sum("sni agent lost" in r.message for r in caplog.records) == 1  # logged once
+            got, want = table.served(8), ref.served(8)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert got[1].any()  # the revived agent predicts
+            assert agent.stats()["tables"] == 1
+    finally:
+        agent.close()
+        reference.close()

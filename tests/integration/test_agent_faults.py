@@ -4,7 +4,10 @@ Training is stepped epoch by epoch through the epoch gate (FIFOs), so the agent 
 known epoch; the agent command is wrapped to record every agent's pid (the test signals
 only those). The run must finish, log the fallback once per lost agent, bring a new agent
 up at a later sync (re-seeded there) and reach the test accuracy of an undisturbed run
-within 0.01.
+within 0.01. The same holds for a standalone agent (``dgl-sni agent start`` on the host, then
+``--agent-dir``: it maps each trainer's memory through the trainer's own /dev/shm) that is
+SIGKILLed and started again with ``dgl-sni agent start``: the trainer re-seeds it at the next
+sync. Host-started agents train exactly as the agents a trainer starts itself.
 """
 import os
 import select
@@ -49,17 +52,22 @@ def _open_gate(gate, proc, deadline):
     return fd, os.open(gate / "done", os.O_RDONLY | os.O_NONBLOCK)
 
 
-def _gated_run(tmp_path, dataset, name, hit=None):
-    """Train epoch by epoch; before epoch KILL_AT send ``hit`` to the first agent."""
+def _gated_run(tmp_path, dataset, name, hit=None, victim=None, after_hit=None, extra=(), wrap=True):
+    """Train epoch by epoch; before epoch KILL_AT send ``hit`` to ``victim()`` (default: the first
+    agent the wrapper recorded), then call ``after_hit()``. ``extra``: more arguments of ``train``;
+    ``wrap``: start agents through the wrapper that records (and at the end kills) them."""
     gate = tmp_path / f"gate-{name}"
     gate.mkdir()
     for fifo in ("go", "done"):
         os.mkfifo(gate / fifo)
     pid_file, log_file = tmp_path / f"{name}.pids", tmp_path / f"{name}.log"
-    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONWARNINGS="ignore", SNI_AGENT_COMMAND=_agent_wrapper(pid_file))
+    run_dir = tmp_path / f"run-{name}"
+    env = dict(os.environ, PYTHONPATH=ROOT, PYTHONWARNINGS="ignore")
+    if wrap:
+        env["SNI_AGENT_COMMAND"] = _agent_wrapper(pid_file)
     argv = [sys.executable, "-m", "dgl_sni.cli", *map(str, COMMON), "--dataset", str(dataset),
             "--metrics", str(tmp_path / f"{name}.json"), "--epoch-gate", str(gate),
-            "--run-dir", str(tmp_path / f"run-{name}")]
+            "--run-dir", str(run_dir), *map(str, extra)]
     with open(log_file, "w") as log:
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     hit_pid = None
@@ -68,8 +76,10 @@ def _gated_run(tmp_path, dataset, name, hit=None):
         go, done = _open_gate(gate, proc, deadline)
         for epoch in range(EPOCHS):
             if epoch == KILL_AT and hit is not None:
-                hit_pid = _pids(pid_file)[0]
+                hit_pid = victim() if victim is not None else _pids(pid_file)[0]
                 os.kill(hit_pid, hit)
+                if after_hit is not None:
+                    after_hit()
             os.write(go, b".")
             while True:
                 ready = select.select([done], [], [], 1.0)[0]
@@ -87,7 +97,7 @@ def _gated_run(tmp_path, dataset, name, hit=None):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    trainers = "".join(p.read_text() for p in sorted((tmp_path / f"run-{name}").glob("trainer*.log")))
+    trainers = "".join(p.read_text() for p in sorted(run_dir.glob("trainer*.log")))
     return read_metrics(tmp_path / f"{name}.json"), trainers, _pids(pid_file), hit_pid
 
 
@@ -96,10 +106,9 @@ def undisturbed(tmp_path_factory, small_graph_npz):
     return _gated_run(tmp_path_factory.mktemp("undisturbed"), small_graph_npz, "undisturbed")[0]
 
 
-def _check_survived(metrics, log, pids, undisturbed):
+def _check_survived(metrics, log, undisturbed):
     assert log.count("sni agent lost") == 1, log[-3000:]
     assert "sni agent back (generation 1)" in log, log[-3000:]
-    assert len(pids) == 3  # two agents, and the one that replaced the lost agent
     modes = [e["mode"] for e in metrics["epochs"]]
     want = [e["mode"] for e in undisturbed["epochs"]]
     assert modes[:KILL_AT] == want[:KILL_AT]
@@ -111,14 +120,91 @@ def _check_survived(metrics, log, pids, undisturbed):
 @needs_netns
 def test_sigkilled_agent(tmp_path, small_graph_npz, undisturbed):
     metrics, log, pids, _ = _gated_run(tmp_path, small_graph_npz, "kill", signal.SIGKILL)
-    _check_survived(metrics, log, pids, undisturbed)
+    _check_survived(metrics, log, undisturbed)
+    assert len(pids) == 3  # two agents, and the one that replaced the lost agent
 
 
 @needs_netns
 def test_sigstopped_agent_times_out(tmp_path, small_graph_npz, undisturbed):
     metrics, log, pids, _ = _gated_run(tmp_path, small_graph_npz, "stop", signal.SIGSTOP)
-    _check_survived(metrics, log, pids, undisturbed)
+    _check_survived(metrics, log, undisturbed)
+    assert len(pids) == 3  # two agents, and the one that replaced the lost agent
     assert "did not answer within 2" in log, log[-3000:]
+
+
+def _agent_pid(agent_dir, rank):
+    return int((agent_dir / f"agent-{rank}.pid").read_text())
+
+
+def _wait_dead(pid, seconds=10.0):
+    """Until ``pid`` has exited (a zombie counts: nobody may have reaped it yet)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except FileNotFoundError:
+            return
+        assert time.monotonic() < deadline, f"agent {pid} did not die"
+        time.sleep(0.02)
+
+
+@needs_netns
+def test_restarted_standalone_agent_is_reseeded(tmp_path, small_graph_npz, undisturbed):
+    agent_dir = tmp_path / "agents"
+    restarts = []
+
+    def restart():  # `dgl-sni agent start` again, on the host, as a user would
+        victim = _agent_pid(agent_dir, 0)
+        _wait_dead(victim)
+        restarts.append(run_cli("agent", "start", "--dir", agent_dir, "--ranks", 2, timeout=60, check=False))
+        assert restarts[-1].returncode == 0, restarts[-1].stdout + restarts[-1].stderr
+
+    try:
+        # the agents run on the host; each trainer runs on its emulated machine (its own /dev/shm)
+        started = run_cli("agent", "start", "--dir", agent_dir, "--ranks", 2, timeout=60)
+        assert started.stdout.count(": started (pid") == 2, started.stdout
+        metrics, log, _, hit_pid = _gated_run(
+            tmp_path, small_graph_npz, "standalone", signal.SIGKILL, victim=lambda: _agent_pid(agent_dir, 0),
+            after_hit=restart, extra=("--agent-dir", agent_dir), wrap=False)
+        out = restarts[0].stdout
+        assert "agent 0: started" in out and f"replaced the stale pid file of pid {hit_pid}" in out, out
+        assert "agent 1: already running" in out, out
+        _check_survived(metrics, log, undisturbed)
+        # re-seeded at the next sync (the forced sync of epoch KILL_AT); it serves the stale epoch after it
+        assert [e["mode"] for e in metrics["epochs"]][KILL_AT:KILL_AT + 2] == ["sync", "stale"]
+        assert metrics["epochs"][KILL_AT + 1]["workers"][0]["predicted_rows"] > 0
+        assert _agent_pid(agent_dir, 0) != hit_pid
+        for rank in (0, 1):  # the trainer ended its connection; the agents serve on
+            assert (agent_dir / f"agent-{rank}.log").read_text().count("--- dgl-sni agent start") == 2 - rank
+        status = run_cli("agent", "status", "--dir", agent_dir)
+        assert status.stdout.count("socket accepts the token") == 2, status.stdout
+    finally:
+        stop = run_cli("agent", "stop", "--dir", agent_dir, check=False)
+    assert stop.returncode == 0 and stop.stdout.count(": stopped (pid") == 2, stop.stdout + stop.stderr
+    assert sorted(p.name for p in agent_dir.iterdir()) == ["agent-0.log", "agent-1.log", "token"]
+
+
+@needs_netns
+def test_host_started_agents_train_as_child_agents(tmp_path, small_graph_npz):
+    """`dgl-sni agent start` on the host, then `train --agent-dir`: the same losses, to the bit, as
+    the agents each trainer starts itself (default `--agent process`)."""
+    agent_dir = tmp_path / "agents"
+    args = ("train", "--workers", 2, "--epochs", 8, "--warmup", 2, "--sync-interval", 3, "--predictor", "cache",
+            "--dataset", small_graph_npz, "--quiet")
+    child = run_cli(*args, "--metrics", tmp_path / "child.json")
+    try:
+        run_cli("agent", "start", "--dir", agent_dir, "--ranks", 2, timeout=60)
+        run_cli(*args, "--metrics", tmp_path / "host.json", "--agent-dir", agent_dir, "--run-dir", tmp_path / "run")
+        trainers = "".join(p.read_text() for p in sorted((tmp_path / "run").glob("trainer*.log")))
+        assert "sni agent lost" not in trainers, trainers[-3000:]
+    finally:
+        stop = run_cli("agent", "stop", "--dir", agent_dir, check=False)
+    assert stop.returncode == 0 and stop.stdout.count(": stopped (pid") == 2, stop.stdout + stop.stderr
+    ref, got = (read_metrics(tmp_path / f"{name}.json")["epochs"] for name in ("child", "host"))
+    assert [e["mode"] for e in got] == [e["mode"] for e in ref] and "stale" in [e["mode"] for e in got]
+    assert [e["loss"] for e in got] == [e["loss"] for e in ref], child.stdout
 
 
 def test_agent_timeout_must_be_positive():

@@ -288,10 +288,13 @@ class ThreadExchange:
     def __call__(self, layer, owned):  # the in-memory form of the protocol
         raise AssertionError("the tier engine moved rows through exchange(layer, owned)")
 
+    def complete_step(self):
+        pass
+
     def end_epoch(self):
         return {}
 
-    def close(self):
+    def close(self, complete=True):
         pass
 
 

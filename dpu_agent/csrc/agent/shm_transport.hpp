@@ -4,16 +4,25 @@
 // Security: the socket's directory must be owned by this user and closed to others (0700);
 // the socket itself is created 0600; a peer must be this user (SO_PEERCRED) and its first
 // message must be HELLO carrying the random token of the token file, else it is refused.
+//
+// Regions are opened through the trainer's own view of /dev/shm, /proc/PID/root/dev/shm/NAME
+// (PID from SO_PEERCRED, its /proc folder held open from the hello on, so a reused pid is never
+// followed), so an agent outside the trainer's mount namespace (an emulated machine's private
+// /dev/shm, a container) maps the trainer's memory. Each must be a regular file of the peer's
+// uid with mode 0600, large enough for its table. shm_open (this process's /dev/shm) is used
+// only where /proc is not mounted here, or the peer's pid is not visible (another pid namespace).
 #pragma once
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -114,14 +123,22 @@ public:
             const std::string name(reinterpret_cast<const char*>(regions[k].data), regions[k].size);
             if (!valid_name(name)) { maps_.erase(table); throw TransportError("region " + std::to_string(k) + ": invalid shared-memory name"); }
             const uint64_t need = region_bytes(static_cast<Region>(k), rows, dim);
-            const int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0);
-            if (fd < 0) { release(t); maps_.erase(table); throw TransportError("shm_open " + name + ": " + std::strerror(errno)); }
+            std::string where, err;
+            const int fd = open_region(name, &where, &err);
+            if (fd < 0) { release(t); maps_.erase(table); throw TransportError(err); }
             struct stat st;
-            if (fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < need) {
+            if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != peer_uid_ || (st.st_mode & 07777) != 0600) {
                 close(fd);
                 release(t);
                 maps_.erase(table);
-                throw TransportError("shared memory " + name + " is smaller than the " + std::to_string(need) + " bytes its table needs");
+                throw TransportError("shared memory " + where + " must be a regular file of uid " + std::to_string(peer_uid_) +
+                                     " (the trainer) with mode 0600");
+            }
+            if (static_cast<uint64_t>(st.st_size) < need) {
+                close(fd);
+                release(t);
+                maps_.erase(table);
+                throw TransportError("shared memory " + where + " is smaller than the " + std::to_string(need) + " bytes its table needs");
             }
             void* p = mmap(nullptr, need, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
             close(fd);
@@ -146,6 +163,10 @@ public:
         maps_.clear();
         if (fd_ >= 0) close(fd_);
         fd_ = -1;
+        if (peer_proc_ >= 0) close(peer_proc_);
+        peer_proc_ = -1;
+        peer_pid_ = 0;
+        peer_proc_errno_ = 0;
     }
 
 private:
@@ -157,12 +178,42 @@ private:
     static std::string op_name(const proto::Header& h) { return proto::op_name(h.op); }
 
     static bool valid_name(const std::string& n) {
-        if (n.size() < 2 || n.size() > 250 || n[0] != '/') return false;
+        if (n.size() < 2 || n.size() > 250 || n[0] != '/' || n == "/." || n == "/..") return false;
         for (size_t i = 1; i < n.size(); ++i) {
             const char c = n[i];
             if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.')) return false;
         }
         return true;
+    }
+
+    // An fd of the trainer's region `name` (valid_name: "/" then no '/'), O_RDWR, not following a
+    // final symlink; -1 with *err set. *where: the path opened, for messages.
+    int open_region(const std::string& name, std::string* where, std::string* err) const {
+        int fd;
+        if (peer_proc_ >= 0) {
+            *where = "/proc/" + std::to_string(peer_pid_) + "/root/dev/shm" + name;
+            fd = openat(peer_proc_, ("root/dev/shm" + name).c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+        } else if (peer_proc_errno_ != 0) {  // /proc is here, but the trainer's folder could not be opened
+            *where = "/proc/" + std::to_string(peer_pid_);
+            errno = peer_proc_errno_;
+            fd = -1;
+        } else {  // no /proc here, or the trainer's pid is not visible: this process's /dev/shm
+            *where = name;
+            fd = shm_open(name.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC, 0);
+        }
+        if (fd < 0) *err = (peer_proc_ >= 0 || peer_proc_errno_ ? "open " : "shm_open ") + *where + ": " + std::strerror(errno);
+        return fd;
+    }
+
+    // Hold the /proc folder of the authenticated peer (pid from SO_PEERCRED), or note why not.
+    void open_peer_proc(pid_t pid) {
+        peer_pid_ = pid;
+        peer_proc_errno_ = 0;
+        if (pid <= 0) return;  // not visible in this pid namespace: shm_open
+        struct stat st;
+        if (stat("/proc/self", &st) != 0 && errno == ENOENT) return;  // no /proc mounted: shm_open
+        peer_proc_ = open(("/proc/" + std::to_string(pid)).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (peer_proc_ < 0) peer_proc_errno_ = errno ? errno : EIO;
     }
 
     static void release(Table& t) {
@@ -203,8 +254,13 @@ private:
             write_full(fd, msg.data(), msg.size());
             return false;
         }
+        peer_uid_ = cred.uid;
+        open_peer_proc(cred.pid);  // held from here on: a later pid reuse cannot redirect it
         const proto::Header ok = proto::make_header(proto::kHello, 0, 0, 0.0, 0, proto::kOk);
-        return write_full(fd, &ok, sizeof ok);
+        if (write_full(fd, &ok, sizeof ok)) return true;
+        if (peer_proc_ >= 0) close(peer_proc_);
+        peer_proc_ = -1;
+        return false;
     }
 
     // Read exactly n bytes. first_wait: wait without limit for the first byte (then the rest
@@ -248,6 +304,9 @@ private:
     std::string path_, token_;
     bool once_, bound_ = false, served_ = false;
     int listen_fd_ = -1, fd_ = -1;
+    int peer_proc_ = -1, peer_proc_errno_ = 0;  // the current trainer's /proc/PID folder, or why not
+    pid_t peer_pid_ = 0;
+    uid_t peer_uid_ = 0;
     std::map<uint32_t, Table> maps_;
 };
 
