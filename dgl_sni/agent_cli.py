@@ -22,7 +22,6 @@ import argparse
 import datetime
 import os
 import re
-import secrets
 import shlex
 import shutil
 import signal
@@ -76,8 +75,10 @@ def check_agent_dir(path: str, create: bool = False) -> str:
 def ensure_token(token_file: str) -> bool:
     """Write a random 32-byte token (hex, mode 0600) unless the file exists; True when written.
     An existing token must be this user's, 0600 or stricter, and hold 64 hex digits."""
+    from dpu_agent.client import write_token
     try:
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        write_token(token_file)
+        return True
     except FileExistsError:
         st = os.stat(token_file)
         if st.st_uid != os.geteuid() or st.st_mode & 0o077:
@@ -88,9 +89,6 @@ def ensure_token(token_file: str) -> bool:
         if not re.fullmatch(r"[0-9a-fA-F]{64}", text):
             raise AgentCliError(f"token file {token_file} does not hold 64 hex digits: remove it to get a new one")
         return False
-    with os.fdopen(fd, "w") as fh:
-        fh.write(secrets.token_hex(32))
-    return True
 
 
 def agent_ranks(agent_dir: str) -> list:

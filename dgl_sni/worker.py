@@ -41,7 +41,7 @@ from .progress import EpochGate, Progress, emit
 from .sni.sampling import halo_edge_counts
 from .models import init_model
 from .train import FullGraphTrainer
-from .train.base import resume_point
+from .config.output import resume_point
 from .train.view import build_local_view
 
 
@@ -143,7 +143,7 @@ class WorkerSession:
         try:
             resumed_from = self._resume(trainer, cfg) if cfg.output.resume else None
         except BaseException:
-            exchange.close()
+            exchange.close(complete=False)
             if cfg.tier.storage_tier:
                 trainer.close()  # removes its run directory
             raise
@@ -201,9 +201,7 @@ class WorkerSession:
                              f"(epochs {[e for e, _ in seen]}); on a real cluster the folder must be "
                              f"shared, or the same copy on every machine")
         trainer.load_checkpoint(path)
-        schedule = getattr(trainer.exchange, "schedule", None)
-        if schedule is not None:
-            schedule.resume_at(trainer.step)
+        trainer.exchange.resume_at(trainer.step)
         if self.rank == 0:
             print(f"dgl-sni: resuming from {path} (epoch {epoch}, step {trainer.step})", file=sys.stderr)
         return epoch

@@ -259,6 +259,17 @@ class RemoteAgentClient(AgentClient):
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
+def write_token(path: str) -> bytes:
+    """Create ``path`` (mode 0600, never over an existing file: ``FileExistsError``) holding a
+    new random 32-byte token in hex, which an agent started with ``--token-file path`` checks
+    at connect; returns the token."""
+    token = secrets.token_bytes(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(token.hex())
+    return token
+
+
 def spawn_agent(command: list | None = None, start_timeout: float = 30.0,
                 timeout: float | None = None) -> RemoteAgentClient:
     """Start the ``sni-agent`` binary beside this trainer (host emulation) and connect to it.
@@ -272,11 +283,8 @@ def spawn_agent(command: list | None = None, start_timeout: float = 30.0,
     command = list(command or agent_command())
     workdir = tempfile.mkdtemp(prefix="sni-agent-")  # mode 0700
     try:
-        token = secrets.token_bytes(32)
         token_file = os.path.join(workdir, "token")
-        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(token.hex())
+        token = write_token(token_file)
         path = os.path.join(workdir, "agent.sock")
         proc = subprocess.Popen([*command, "--socket", path, "--token-file", token_file, "--once"],
                                 stdin=subprocess.DEVNULL)

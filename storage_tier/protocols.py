@@ -49,6 +49,8 @@ class HaloExchange(Protocol):
       and returns the gradient the others sent for the owned rows (``None``: nothing);
     * ``exchange(layer, owned)`` (``__call__``) is the autograd form the in-memory model
       uses: ``[owned; halo]`` forward, the two gradient moves backward;
+    * ``resume_at(step)``: a run resumed from a checkpoint starts at ``step`` (that step
+      exchanges exactly, so an agent's empty tables are seeded first);
     * ``complete_step()`` receives what the last step left on the wire (pipelined steps;
       the next ``begin_step`` does it otherwise), so its time is charged to that step;
     * ``end_epoch()`` returns the epoch's extra metrics; ``close(complete)`` releases what
@@ -64,6 +66,8 @@ class HaloExchange(Protocol):
     def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None: ...
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
+
+    def resume_at(self, step: int) -> None: ...
 
     def complete_step(self) -> None: ...
 
@@ -94,6 +98,9 @@ class NoExchange:
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         return owned
+
+    def resume_at(self, step: int) -> None:
+        pass
 
     def complete_step(self) -> None:
         pass

@@ -32,6 +32,18 @@ def find_checkpoint(directory: str) -> tuple:
     return os.path.join(directory, name), epoch
 
 
+def resume_point(directory: str, epochs: int) -> tuple:
+    """``(path, epoch)`` of the checkpoint ``--resume directory`` continues from (the newest
+    ``epoch_N.pt`` by N); a ``ValueError`` when the folder has none or when epoch N was the
+    last of ``epochs`` (nothing left to train)."""
+    path, epoch = find_checkpoint(directory)
+    if epoch + 1 >= epochs:
+        raise ValueError(f"--resume {directory}: its newest checkpoint {os.path.basename(path)} is of epoch "
+                         f"{epoch}, and --epochs {epochs} ends at epoch {epochs - 1}: nothing to resume "
+                         f"(give a larger --epochs, the total of the run, to train further)")
+    return path, epoch
+
+
 @dataclass
 class OutputConfig:
     """What a run writes (progress line, metrics JSON, checkpoints) and the sweep it runs."""

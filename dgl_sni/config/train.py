@@ -14,7 +14,7 @@ from .cluster import ClusterConfig
 from .data import DataConfig
 from .flags import add_part_arguments, part_argv, part_values
 from .model import ModelConfig
-from .output import OutputConfig
+from .output import OutputConfig, resume_point
 from .sni import SNIConfig
 from .tier import TierConfig
 
@@ -65,11 +65,7 @@ class TrainConfig:
             raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
                              "served from the owners' files as float32)")
         if self.output.resume is not None:
-            from .output import find_checkpoint
-            _, epoch = find_checkpoint(self.output.resume)
-            if epoch + 1 >= self.model.epochs:
-                raise ValueError(f"--resume {self.output.resume}: its newest checkpoint is of epoch {epoch}, and "
-                                 f"--epochs {self.model.epochs} ends there: nothing to resume (raise --epochs)")
+            resume_point(self.output.resume, self.model.epochs)  # before the cluster starts
         if self.pipelined and self.tier.storage_tier:
             raise ValueError("--sync-policy pipeline is not supported with --storage-tier (the tier's "
                              "layers publish rows unit by unit, and a pipelined step would need two copies)")

@@ -9,7 +9,7 @@ several pulls may be in flight at once and complete in any order).
 
 Precondition (the caller's to keep): while a pull is pending, no other code of this
 process receives DGL RPC messages (a blocking ``DistTensor`` read would take the pending
-answers for its own). Call :func:`drain` before such reads; a message that belongs to no
+answers for its own): wait for every pending pull first. A message that belongs to no
 pending pull raises.
 
 Changes nothing in DGL (so it is not a patch): it sends and receives messages through
@@ -32,15 +32,9 @@ _pending: dict = {}  # msg_seq -> the PendingPull it belongs to
 class PendingPull:
     """The rows of one pull, requested and on their way (see :func:`send_pull`)."""
 
-    def __init__(self, rows: torch.Tensor, parts: list, local_rows: int):
+    def __init__(self, rows: torch.Tensor, parts: list):
         self._rows = rows  # the answer being assembled, in the order of the requested ids
         self._parts = parts  # (msg_seq, positions) per remote request
-        self.local_rows = local_rows
-        self.remote_rows = sum(int(pos.numel()) for _, pos in parts)
-
-    @property
-    def done(self) -> bool:
-        return not self._parts
 
     def wait(self) -> torch.Tensor:
         """Receive this pull's answers (blocking) and return its rows."""
@@ -73,33 +67,22 @@ def send_pull(client, name: str, ids: torch.Tensor) -> PendingPull:
     shard = client._data_store[name]
     rows = torch.empty((ids.numel(),) + tuple(shard.shape[1:]), dtype=shard.dtype)
     if ids.numel() == 0:
-        return PendingPull(rows, [], 0)
+        return PendingPull(rows, [])
     machine = policy.to_partid(ids).to(torch.int64)
     order = torch.sort(machine, stable=True).indices
     machines, counts = torch.unique_consecutive(machine[order], return_counts=True)
-    parts, local_rows, lo = [], 0, 0
+    parts, lo = [], 0
     handler = client._pull_handlers[name]
     for m, n in zip(machines.tolist(), counts.tolist()):
         pos, lo = order[lo: lo + n], lo + n
         part_ids = ids[pos]
         if m == client.machine_id:
             rows[pos] = handler(client._data_store, name, policy.to_local(part_ids))
-            local_rows += int(pos.numel())
             continue
         rpc.send_request_to_machine(m, PullRequest(name, part_ids))
         parts.append((rpc.get_msg_seq() - 1, pos))  # the request took the number before it
-    pull = PendingPull(rows, parts, local_rows)
+    pull = PendingPull(rows, parts)
     for seq, _ in parts:
         _pending[seq] = pull
     return pull
 
-
-def drain() -> None:
-    """Receive every pending pull's answers (kept for their :meth:`PendingPull.wait`)."""
-    while _pending:
-        _receive_one()
-
-
-def pending() -> int:
-    """Requests sent whose answers have not been received."""
-    return len(_pending)

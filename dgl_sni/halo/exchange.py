@@ -164,9 +164,16 @@ class KVHaloExchange:
             self._grad_pending = False
 
     def _decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
+        """Pulled rows of ``layer`` as float32 (decoded where they travel quantized)."""
         if self.quantize:
             return decode(pulled, self.dims[layer - 1], self.quantize).numpy()
         return pulled.numpy()
+
+    def resume_at(self, step: int) -> None:
+        """A run resumed at ``step``: that step syncs, seeding the agent's new tables (a
+        pipelined run's first step after a resume is exact by itself: no previous rows)."""
+        if self.schedule is not None:
+            self.schedule.resume_at(step)
 
     def watch_weights(self, params) -> None:
         """The weights whose change since the last sync drives the ``drift`` policy (the
@@ -288,8 +295,8 @@ class KVHaloExchange:
         self.counters.add("pushed_rows", int(self.halo_gids.numel()))
 
     def _pipelined_backward(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
-        """Push this step's halo gradients (they complete at the next step) and return what
-        the others sent for owned rows at the previous step."""
+        """Push this step's halo gradients (flushed at the end of the step, used by their owners
+        at the next) and return what the others sent for owned rows at the previous step."""
         self._push(layer, grad_halo)
         self._grad_pending = True
         if layer in self._last_grad:  # the previous step was exact: its received gradient
@@ -313,10 +320,7 @@ class _LayerSource:
         ex.collective.barrier()
 
     def _rows(self, pulled: torch.Tensor) -> np.ndarray:
-        ex = self.exchange
-        if ex.quantize:
-            return decode(pulled, ex.dims[self.layer - 1], ex.quantize).numpy()
-        return pulled.numpy()
+        return self.exchange._decode(self.layer, pulled)
 
     def pull(self, ids: np.ndarray | None) -> np.ndarray:
         ex, tensor = self.exchange, self.exchange.emb[self.layer]
@@ -336,7 +340,7 @@ class _LayerSource:
 
 class _PipelinedSource(_LayerSource):
     """A pipelined step's halo rows: ``pull`` sends this step's pull, leaves it on the wire
-    (completed at the next step) and answers with the previous training step's rows."""
+    (completed at the end of the step) and answers with the previous training step's rows."""
 
     def __init__(self, exchange: KVHaloExchange, layer: int, owned: Owned):
         super().__init__(exchange, layer, owned)

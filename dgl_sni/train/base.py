@@ -13,24 +13,11 @@ import torch
 
 from storage_tier.block import GraphBlock
 from ..config import ModelConfig  # noqa: F401  (re-exported by dgl_sni.train)
-from ..config.output import find_checkpoint
 
 # what a checkpoint holds: 1 = epoch, model, optimizer; 2 adds the trainer's step counters
 # and the model settings (a format-1 file is still loaded: one step per epoch)
 CHECKPOINT_FORMAT = 2
 _MODEL_KEYS = ("model", "layers", "hidden", "heads", "dropout", "lr", "weight_decay", "seed")
-
-
-def resume_point(directory: str, epochs: int) -> tuple:
-    """``(path, epoch)`` of the checkpoint ``--resume directory`` continues from (the newest
-    ``epoch_N.pt`` by N); a ``ValueError`` when the folder has none or when epoch N was the
-    last of ``epochs`` (nothing left to train)."""
-    path, epoch = find_checkpoint(directory)
-    if epoch + 1 >= epochs:
-        raise ValueError(f"--resume {directory}: its newest checkpoint {os.path.basename(path)} is of epoch "
-                         f"{epoch}, and --epochs {epochs} ends at epoch {epochs - 1}: nothing to resume "
-                         f"(give a larger --epochs, the total of the run, to train further)")
-    return path, epoch
 
 
 def read_checkpoint(path: str) -> dict:
@@ -86,7 +73,8 @@ class TrainerBase:
     announcements, accuracy bookkeeping and checkpoints.
 
     Subclasses (:class:`FullGraphTrainer`, :class:`~dgl_sni.train.tier.TierTrainer`) set
-    ``model``, ``optimizer``, ``params``, ``collective``, ``exchange``, ``global_counts``.
+    ``cfg`` (their :class:`ModelConfig`), ``model``, ``optimizer``, ``params``, ``collective``,
+    ``exchange``, ``global_counts``, ``step`` and ``epoch_step``.
     """
 
     def _all_reduce_gradients(self) -> None:
@@ -115,8 +103,7 @@ class TrainerBase:
         """Write weights, optimiser state and step counters atomically (the previous file stays
         intact on error); :meth:`load_checkpoint` continues from it."""
         tmp = f"{path}.tmp"
-        cfg = getattr(self, "cfg", None)
-        settings = {k: getattr(cfg, k) for k in _MODEL_KEYS if hasattr(cfg, k)}
+        settings = {k: getattr(self.cfg, k) for k in _MODEL_KEYS}
         torch.save(dict(format=CHECKPOINT_FORMAT, epoch=epoch, step=self.step, epoch_step=self.epoch_step,
                         model_config=settings, model=self.model.state_dict(),
                         optimizer=self.optimizer.state_dict()), tmp)
@@ -131,10 +118,9 @@ class TrainerBase:
         here = self.model.state_dict()
         problems = _state_mismatch(ckpt["model"], here)
         if problems:
-            cfg = getattr(self, "cfg", None)
             saved_cfg = ckpt.get("model_config", {})
-            differ = [f"--{k.replace('_', '-')} {saved_cfg[k]} in the checkpoint, {getattr(cfg, k)} in this run"
-                      for k in saved_cfg if hasattr(cfg, k) and saved_cfg[k] != getattr(cfg, k)]
+            differ = [f"--{k.replace('_', '-')} {saved_cfg[k]} in the checkpoint, {getattr(self.cfg, k)} in this run"
+                      for k in saved_cfg if k in _MODEL_KEYS and saved_cfg[k] != getattr(self.cfg, k)]
             raise ValueError(f"checkpoint {path} was written for a different model: {'; '.join(problems)}"
                              + (f" (settings: {'; '.join(differ)})" if differ else
                                 " (check --model, --layers, --hidden, --heads, --storage-tier)"))

@@ -17,10 +17,16 @@ import pytest
 from conftest import run_cli
 from dgl_sni.agent_cli import (DRY_RUN_STAGE, AgentCliError, DpuHost, deploy_commands, parse_hosts, unit_path,
                                unit_text)
-from dpu_agent.binary import BINARY
+from dpu_agent.binary import agent_command
 from dpu_agent.client import connect_socket
 
-needs_binary = pytest.mark.skipif(not os.access(BINARY, os.X_OK), reason="sni-agent is not built")
+@pytest.fixture
+def built_agent():
+    """The tests that start real agents fail, saying how to build it, when it is missing."""
+    agent_command()
+
+
+needs_binary = pytest.mark.usefixtures("built_agent")
 
 
 def _pid(agent_dir, rank):
@@ -182,8 +188,9 @@ def test_start_refuses_a_folder_open_to_others(agent_dir):
     assert list(agent_dir.iterdir()) == []  # no token written, nothing started
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a folder to another user")
 def test_start_refuses_another_users_folder(agent_dir):
+    if os.geteuid() != 0:  # as the permissions test of the agent binary: no silent skip
+        pytest.fail("this test gives a folder to another user: run it as root")
     agent_dir.mkdir(mode=0o700)
     os.chown(agent_dir, 65534, 65534)
     proc = run_cli("agent", "start", "--dir", agent_dir, "--ranks", 1, check=False)

@@ -288,6 +288,9 @@ class ThreadExchange:
     def __call__(self, layer, owned):  # the in-memory form of the protocol
         raise AssertionError("the tier engine moved rows through exchange(layer, owned)")
 
+    def resume_at(self, step):
+        pass
+
     def complete_step(self):
         pass
 
