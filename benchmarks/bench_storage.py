@@ -9,8 +9,11 @@ switching-aware partitioner):
    its gradient buffer fit -- the backward working set on a graph where every sub-partition
    depends on every other one -- while the other layers live on storage), and, for
    ``--model``, the same with a tiny cache (``--tiny-budget-mb``, storage-bound);
-   The tier also runs with lazy write-back (``lazy_writes=True``: activations and
-   gradients written only when the cache evicts them) -- reported beside the default;
+   The tier runs under its three write policies: bypass (``lazy_writes=False``: outputs
+   and gradient buffers written at once; ``tier``), gradient buffers write-back (the
+   trainer's default, ``"grads"``: kept in the host cache under the same budget, written
+   only when evicted; ``tier_grads``) and lazy write-back (``True``: activations too;
+   ``tier_lazy``);
 2. baseline (b), the HongTu-style snapshot engine (:func:`benchmarks.tier_baselines.snapshot_trainer`),
    same cache budget;
    baseline (b) also runs under that write policy (``snapshot_lazy``), so each policy is
@@ -200,9 +203,13 @@ def main():
         budget = int(budget_layers * args.nodes * width * 4)  # x the model's largest layer
         name = f"{model}{tag}"
         print(f"[{name}] tier (regather + bypass), budget {budget / 2**20:.0f} MiB", flush=True)
-        with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, **common) as t:
+        with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, lazy_writes=False, **common) as t:
             runs[f"{name}/tier"] = run_epochs(t, args.epochs)
             setup = dict(setup_s=t.setup_s, alpha=t.plan.alpha, method=t.plan.method)
+        print(f"[{name}] tier, gradient buffers write-back (the trainer's default)", flush=True)
+        with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, lazy_writes="grads",
+                                    **common) as t:
+            runs[f"{name}/tier_grads"] = run_epochs(t, args.epochs)
         print(f"[{name}] tier with lazy write-back (writes only what the cache evicts)", flush=True)
         with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, lazy_writes=True,
                                     **common) as t:
@@ -223,8 +230,8 @@ def main():
         finally:
             base.close()
         alpha = setup["alpha"]
-        tier, lazy, snap, snap_lazy, swap = (runs[f"{name}/{k}"][-1] for k in (
-            "tier", "tier_lazy", "snapshot", "snapshot_lazy", "autograd_swap"))
+        tier, grads, lazy, snap, snap_lazy, swap = (runs[f"{name}/{k}"][-1] for k in (
+            "tier", "tier_grads", "tier_lazy", "snapshot", "snapshot_lazy", "autograd_swap"))
         bm = dict(
             alpha=alpha, subpart_method=setup["method"], budget_layers=budget_layers,
             budget_bytes=budget,
@@ -238,6 +245,9 @@ def main():
             ratio_snapshot=snap["storage_bytes"] / tier["storage_bytes"],
             ratio_snapshot_fwd=fwd(snap) / fwd(tier),
             target_snapshot=alpha,
+            tier_grads=grads["storage_bytes"], tier_grads_fwd=fwd(grads),
+            ratio_autograd_vs_grads=auto["storage_bytes"] / max(1, grads["storage_bytes"]),
+            ratio_autograd_swap_vs_grads=swap["storage_bytes"] / max(1, grads["storage_bytes"]),
             tier_lazy=lazy["storage_bytes"], tier_lazy_fwd=fwd(lazy),
             ratio_autograd_vs_lazy=auto["storage_bytes"] / max(1, lazy["storage_bytes"]),
             ratio_snapshot_vs_lazy=snap["storage_bytes"] / max(1, lazy["storage_bytes"]),
@@ -247,7 +257,8 @@ def main():
             ratio_autograd_swap_vs_lazy=swap["storage_bytes"] / max(1, lazy["storage_bytes"]),
             snapshot_lazy=snap_lazy["storage_bytes"],
             ratio_snapshot_lazy_vs_lazy=snap_lazy["storage_bytes"] / max(1, lazy["storage_bytes"]))
-        print(f"[{name}] alpha {alpha:.2f}: autograd/tier {bm['ratio_autograd']:.2f}x, "
+        print(f"[{name}] alpha {alpha:.2f}: autograd/tier {bm['ratio_autograd']:.2f}x "
+              f"(gradient buffers write-back: {bm['ratio_autograd_vs_grads']:.2f}x), "
               f"autograd+swap/tier {bm['ratio_autograd_swap']:.2f}x "
               f"(fwd {bm['ratio_autograd_swap_fwd']:.2f}x; target {(2 * alpha + 3) / 2:.2f}), "
               f"snapshot/tier {bm['ratio_snapshot']:.2f}x, lazy/lazy "
@@ -302,7 +313,7 @@ def main():
     ref = FullGraphTrainer(cfg, whole_graph_view(data, args.model), data.feat_dim, data.num_classes)
     contenders = dict(
         in_memory=ref,
-        tier_cached=TierTrainer.from_graph(cfg, data, host_cache_budget=big, **common),
+        tier_cached=TierTrainer.from_graph(cfg, data, host_cache_budget=big, lazy_writes=False, **common),
         tier_cached_lazy=TierTrainer.from_graph(cfg, data, host_cache_budget=big, lazy_writes=True,
                                                 **common),
         tier_cached_p1=TierTrainer.from_graph(cfg, data, host_cache_budget=big, lazy_writes=True,

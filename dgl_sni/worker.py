@@ -158,7 +158,7 @@ class WorkerSession:
             for epoch in range(0 if resumed_from is None else resumed_from + 1, cfg.model.epochs):
                 if gate is not None and not gate.wait():
                     break
-                rec = self._epoch(trainer, cfg, epoch, gate)
+                rec = self._epoch(trainer, exchange, cfg, epoch, gate)
                 merged = merge_epoch(collective.all_gather_object(rec))
                 epochs.append(merged)
                 if progress:
@@ -226,12 +226,13 @@ class WorkerSession:
                            collective=self.collective, exchange=exchange, counters=self.counters,
                            hoist_dropout=self.collective.world_size == 1)
 
-    def _epoch(self, trainer, cfg, epoch: int, gate) -> dict:
+    def _epoch(self, trainer, exchange, cfg, epoch: int, gate) -> dict:
         counters = self.counters
         rec = trainer.train_epoch(epoch)
         start = time.perf_counter()  # what the step left running (pipelined rows, transfer scoring)
         trainer.exchange.complete_step()  # finishes now, charged to the step
         rec["time_s"] += time.perf_counter() - start
+        exchange.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
         evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:
             gate.done()

@@ -37,8 +37,10 @@ Policies and switches: ``mode="snapshot"`` is the HongTu-style baseline -- forwa
 writes every sub-partition's gathered inputs (including the last layer's) to storage and
 backward reads them back instead of regathering. ``lazy_writes=True`` writes activations
 and gradients only when the cache evicts them (write-back) instead of always (bypass);
-both are exact. ``hoist_dropout=True`` (default) stores hidden activations *after* the next
-layer's keyed input dropout (``TierModel.drop_rows``; ``drop_input`` then passes those
+``lazy_writes="grads"`` (the trainer's default, the seed paper's design) writes outputs
+straight to storage but keeps gradient buffers in the host cache under the same budget,
+written only when evicted; all three are exact. ``hoist_dropout=True`` (default) stores
+hidden activations *after* the next layer's keyed input dropout (``TierModel.drop_rows``; ``drop_input`` then passes those
 rows through), so a row is dropped once where it is produced rather than in each of the
 alpha sub-partitions that gather it -- the same values, since masks are keyed by node.
 Passes alternate direction (0..P-1, then P-1..0) so the units touched last are read first.
@@ -107,6 +109,7 @@ from .protocols import HaloExchange, NoExchange, TierModel
 from .subparts import SubpartitionPlan
 
 MODES = ("regather", "snapshot")
+WRITE_POLICIES = (False, "grads", True)  # lazy_writes: bypass, gradient buffers write-back, all write-back
 
 
 class _Schedule:
@@ -180,14 +183,20 @@ class TierEngine:
 
     def __init__(self, model: TierModel, plan: SubpartitionPlan, io: IOEngine, cache: HostCache,
                  dims: list, exchange: HaloExchange | None = None, mode: str = "regather",
-                 lazy_writes: bool = False,
+                 lazy_writes: bool | str = False,
                  prefetch_depth: int = 2, device: str = "cpu", hoist_dropout: bool = True):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.model, self.plan, self.io, self.cache = model, plan, io, cache
         self.dims = list(dims)  # width of act[l], l = 0..L-1
         self.exchange = exchange or NoExchange()
-        self.mode, self.lazy_writes = mode, bool(lazy_writes)
+        if lazy_writes not in WRITE_POLICIES:
+            raise ValueError(f"lazy_writes must be False (bypass), 'grads' (gradient buffers write-back) "
+                             f"or True (everything write-back), got {lazy_writes!r}")
+        lazy_writes = lazy_writes if lazy_writes == "grads" else bool(lazy_writes)
+        self.mode, self.lazy_writes = mode, lazy_writes
+        self._lazy_outputs = lazy_writes is True
+        self._lazy_grads = lazy_writes in ("grads", True)
         self.prefetch_depth = int(prefetch_depth)
         self.device = torch.device(device)
         self._gds = self.device.type == "cuda" and kvikio_available()
@@ -321,7 +330,7 @@ class TierEngine:
             buf = self.pool.alloc(tuple(out.shape), zero=False)
             np.copyto(buf, out.detach().to("cpu").numpy())
         self.cache.discard(key)  # any older version is stale
-        if self.lazy_writes:
+        if self._lazy_outputs:
             if self.cache.admit(key, buf, dirty=True, protect_groups=self._active, unit_eviction=False):
                 return
             self._write(key, buf, layer, phase)
@@ -561,7 +570,7 @@ class TierEngine:
         if need_grad:
             if plan.num_halo:
                 self._exchange_backward(layer)
-            if not self.lazy_writes:  # write-back buffer -> storage after the layer
+            if not self._lazy_grads:  # write-back buffer -> storage after the layer
                 self.cache.flush([("grad", layer, p) for p in plan.unit_parts])
                 for p in plan.unit_parts:
                     if ("grad", layer, p) in self.cache:

@@ -11,7 +11,7 @@ from .options import option, read_json
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip")
-SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline")
+SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 
 
@@ -62,10 +62,15 @@ class SNIConfig:
                                        "whose predicted drift is large; drift: sync when the weights moved more "
                                        "than --sync-drift since the last sync, at least every E-th epoch; pipeline: every epoch after "
                                        "warm-up uses the halo rows and gradients of the previous one, exchanged "
-                                       "while it computes (PipeGCN; no agent, --sync-interval unused)",
+                                       "while it computes (PipeGCN; no agent, --sync-interval unused); "
+                                       "guarded: every k-th epoch, k halved (down to 1) when a sync epoch's loss "
+                                       "rose more than --sync-loss-gap above the stale epoch before it, grown by "
+                                       "one (up to --sync-interval) after two syncs without",
                               choices=SYNC_POLICIES, sweep=True)
     sync_drift: float = option(0.05, "drift policy: relative change of an exchanged layer's weights since the "
                                      "last sync that makes the next epoch sync", sweep=True)
+    sync_loss_gap: float = option(0.01, "guarded policy: relative rise of the exact loss at a sync epoch over "
+                                        "the stale epoch before it that halves the interval", sweep=True)
     drift_bound: float = option(0.05, "adaptive: pull a row when its predicted drift exceeds this fraction "
                                       "of the mean row norm", sweep=True)
     measure_staleness: bool = option(False, "also pull true halo rows on stale epochs, for measurement only",
@@ -115,6 +120,7 @@ class SNIConfig:
             (self.agent in AGENT_MODES, f"agent must be one of {', '.join(AGENT_MODES)}"),
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
+            (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
             (_cache_budget_ok(self.feature_cache_bytes),
              f"feature_cache_bytes must be a size such as 512M or a share such as 20%, got "

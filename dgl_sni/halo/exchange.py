@@ -35,7 +35,7 @@ from dgl.distributed.kvstore import get_kvstore
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
-from ..sni.schedule import DriftSchedule, SyncSchedule, WeightDrift
+from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
 from . import async_pull
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin
@@ -95,6 +95,8 @@ class KVHaloExchange:
             self.schedule = None
         elif cfg.sync_policy == "drift":  # the trainer hands it a meter (watch_weights)
             self.schedule = DriftSchedule(cfg.warmup, cfg.sync_interval, cfg.sync_drift, enabled=cfg.enabled)
+        elif cfg.sync_policy == "guarded":  # the worker hands it each step's loss (watch_loss)
+            self.schedule = GuardedSchedule(cfg.warmup, cfg.sync_interval, cfg.sync_loss_gap, enabled=cfg.enabled)
         else:
             self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)
         transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy != "adaptive"
@@ -181,6 +183,12 @@ class KVHaloExchange:
         if isinstance(self.schedule, DriftSchedule):
             self.schedule.meter = WeightDrift(params)
 
+    def watch_loss(self, step: int, mode: str, loss: float) -> None:
+        """Training step ``step`` ran in ``mode`` with global loss ``loss`` (the ``guarded``
+        policy reads it; other policies ignore it)."""
+        if isinstance(self.schedule, GuardedSchedule):
+            self.schedule.observe(step, mode, loss)
+
     def end_epoch(self) -> dict:
         """Agent time spent in predictors since the last call (waits for queued work)."""
         if self.agent is None:
@@ -190,6 +198,8 @@ class KVHaloExchange:
         out = dict(predictor_s=delta)
         if isinstance(self.schedule, DriftSchedule):
             out["weight_drift"] = self.schedule.last_drift
+        if isinstance(self.schedule, GuardedSchedule):
+            out.update(sync_interval_now=self.schedule.interval, loss_gap=self.schedule.last_gap)
         return out
 
     def close(self, complete: bool = True) -> None:

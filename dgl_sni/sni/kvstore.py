@@ -26,6 +26,15 @@ uses):
   pulled fresh until the next sync. At ``sync_interval`` 1 (or predictor ``none``)
   nothing can be stale: no agent starts and no pull is served.
 
+Writes made on other machines: a trainer that writes static node data, or rows another
+machine owns, posts a write notice (:mod:`dgl_sni.sni.notices`) that every server takes
+before its push returns; before answering a pull from memory, each trainer applies the
+notices posted since its last look (an 8-byte shared-memory read when there are none). A
+detected static tensor written anywhere, or an ``exchange`` tensor whose rows of other
+machines were written anywhere, is exact from then on; a named static tensor drops the
+written rows from its cache, a named tensor pulls them until the next sync. The servers
+must run with the variables too (the notices are RPC services they register).
+
 In standalone mode (one process, no servers) nothing can be stale and nothing is served:
 the switch leaves the KVClient alone. Without the variables nothing here is imported or
 patched: behaviour is DGL's.
@@ -52,6 +61,7 @@ from ..config import SNIConfig
 from ..config.sni import cache_budget
 from ..halo.resolver import HaloResolver, Origin, StaticRowCache, may_serve_stale
 from ..metrics import Counters
+from .notices import NoticeBoard, register_services
 
 _ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
 _STATE = {"client": None, "graph": None, "atexit": False}
@@ -174,6 +184,7 @@ class _Tensor:
         _, shape, self.policy = client.kv.get_data_meta(name)
         self.shape = tuple(shape)
         self.counters = Counters()
+        self.cached_elsewhere = role == "static"  # other machines may hold any row: every write is posted
         self.use = _ExchangeUse()
         self.step = 0
         self.resolver = None
@@ -190,10 +201,14 @@ class _Tensor:
 
     # ------------------------------------------------------------------ writes
     def on_push(self, ids: torch.Tensor) -> None:
-        """This machine writes rows ``ids``: what may no longer be served from memory."""
+        """This machine writes rows ``ids``: what may no longer be served from memory, here
+        and (through a notice) on the machines that may hold them."""
+        own = self.policy.to_partid(ids) == self.client.kv.machine_id
+        board = self.client.notices
+        if board is not None and (self.cached_elsewhere or not bool(own.all())):
+            board.post(self.name, (ids if self.cached_elsewhere else ids[~own]).numpy())
         if self.role == "plain":
             return
-        own = self.policy.to_partid(ids) == self.client.kv.machine_id
         if self.role == "static":
             if self.user_name in self.client.cfg.static:
                 self.resolver.static_cache.invalidate(ids.numpy())
@@ -206,6 +221,25 @@ class _Tensor:
                 self._to_plain(self.use.reason)
         elif not bool(own.all()):  # named: remote rows written here are pulled until a sync
             written = ids[~own].numpy()
+            self._dirty = written if self._dirty is None else np.union1d(self._dirty, written)
+
+    def on_notice(self, ids: np.ndarray | None) -> None:
+        """Another machine wrote rows ``ids`` (None: any row): copies of them held here go.
+        Rows this machine owns are read from its shared memory, never held: they are ignored."""
+        if ids is not None:
+            ids = ids[(self.policy.to_partid(torch.from_numpy(ids)) != self.client.kv.machine_id).numpy()]
+            if not ids.size:
+                return
+        if self.role == "static":
+            if self.user_name in self.client.cfg.static:
+                self.resolver.static_cache.invalidate(ids)
+            else:  # detected as read-only, but written elsewhere: exact from now on
+                self.resolver.static_cache.invalidate()
+                self._to_plain("written by another machine")
+        elif self.role == "exchange":
+            self._to_plain("another machine wrote rows of other machines")
+        elif self.role == "named":  # pulled until the next sync observes them
+            written = np.arange(self.shape[0], dtype=np.int64) if ids is None else ids
             self._dirty = written if self._dirty is None else np.union1d(self._dirty, written)
 
     def on_new_handle(self) -> None:
@@ -307,10 +341,14 @@ class SNIKVClient:
         self._next_table = 0
         self._halo = None  # (ids, in-edge counts) of this partition's halo nodes
         self._cache_left = None  # bytes of the feature cache budget not yet given to a tensor
+        self.notices = None
         if standalone:
             self.original_pull = self.original_push = None
             return
         self.original_pull, self.original_push = kv.pull, kv.push
+        # where rows may be held in memory, writes that may leave copies stale are posted
+        self.notices = NoticeBoard(kv.machine_id) if cfg.enabled and (
+            may_serve_stale(cfg) or self._cache_on()) else None
         kvclient_pull.install(kv, self.pull)  # DistTensor.__getitem__ calls self.kvstore.pull(...)
         kvclient_push.install(kv, self.push)  # DistTensor.__setitem__ calls self.kvstore.push(...)
 
@@ -340,6 +378,13 @@ class SNIKVClient:
         else:
             role = "plain"
         self.tensors[name] = _Tensor(self, name, user, role)
+
+    def read_notices(self) -> None:
+        """Apply what other machines wrote since the last look (before a pull from memory)."""
+        for name, ids in self.notices.news():
+            t = self.tensors.get(name)
+            if t is not None:
+                t.on_notice(ids)
 
     def _cache_on(self) -> bool:
         return cache_budget(self.cfg.feature_cache_bytes, 1 << 40) > 0
@@ -378,6 +423,8 @@ class SNIKVClient:
         if t is None:
             return self.original_pull(name, ids)
         t.counters.add("pulls", 1)
+        if t.role != "plain" and self.notices is not None:
+            self.read_notices()
         if ids.numel() == 0:
             dtype, shape, _ = self.kv.get_data_meta(name)
             return torch.empty((0,) + tuple(shape[1:]), dtype=dtype)
@@ -505,7 +552,10 @@ def _at_exit() -> None:
 
 
 def install_autoenable() -> None:
-    """Make ``dgl.distributed.initialize`` call :func:`enable` in trainers (DGL_SNI=1)."""
+    """Make ``dgl.distributed.initialize`` call :func:`enable` in trainers (DGL_SNI=1), and
+    make the write notices' RPC services known to this process (servers answer them)."""
+    # now, not at initialize: a server may be started without it (dgl.distributed.start_server)
+    register_services()
     # before: tier-backed tensors' shm shards stay untouched in servers
     initialize_hook.install(before=kvstore_lazy_init.install, after=_enable_in_trainer)
 

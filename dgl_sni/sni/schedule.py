@@ -2,8 +2,10 @@
 
 :class:`SyncSchedule` is the fixed schedule (warm-up, then every ``interval``-th step);
 :class:`DriftSchedule` syncs when the weights have moved too far since the last sync
-(:class:`WeightDrift`), within a staleness budget. The full-graph exchange owns one per job; the stock-script
-switch gives each managed tensor a fixed one.
+(:class:`WeightDrift`), within a staleness budget; :class:`GuardedSchedule` halves its
+interval when a sync shows that the stale steps before it raised the exact loss. The
+full-graph exchange owns one per job; the stock-script switch gives each managed tensor
+a fixed one.
 """
 from __future__ import annotations
 
@@ -109,3 +111,60 @@ class DriftSchedule:
             return True
         self.last_drift = self.meter() if self.meter is not None else 0.0
         return self.last_drift > self.bound
+
+
+class GuardedSchedule:
+    """Warm-up steps and the step after them sync; afterwards a step syncs when
+    ``interval`` steps have passed since the last sync, and the interval follows what
+    staleness costs. A sync step sees the exact training loss, the stale step before it a
+    loss computed on served rows. When the sync's loss is more than ``tolerance``
+    (relative) above that stale loss, the stale steps were fitting rows that were no longer
+    true: the interval halves (down to 1, exact training). After ``grow_after`` syncs in a
+    row without such a rise it grows by one, up to ``budget``; at interval 1 the
+    comparison is with the exact step before.
+
+    The losses are the all-reduced training losses, the same on every worker, so every
+    worker takes the same decisions with no traffic. Fed by the worker after each
+    training step (:meth:`observe`), through :meth:`KVHaloExchange.watch_loss`.
+    """
+
+    def __init__(self, warmup: int, budget: int, tolerance: float, enabled: bool = True, grow_after: int = 2):
+        self.warmup, self.budget, self.tolerance, self.enabled = warmup, budget, tolerance, enabled
+        self.grow_after = grow_after
+        self.interval = budget
+        self._modes = {}
+        self._last_sync = None
+        self._last = None  # (step, mode, loss) of the last training step observed
+        self._clean = 0
+        self.last_gap = 0.0
+
+    def mode(self, step: int) -> str:
+        if step not in self._modes:
+            sync = (not self.enabled or step <= self.warmup or self._last_sync is None
+                    or step - self._last_sync >= self.interval)
+            self._modes = {step: "sync" if sync else "stale"}  # only the current step is asked again
+            if sync:
+                self._last_sync = step
+        return self._modes[step]
+
+    def is_sync(self, step: int) -> bool:
+        return self.mode(step) == "sync"
+
+    def observe(self, step: int, mode: str, loss: float) -> None:
+        """Training step ``step`` ran in ``mode`` with global loss ``loss``."""
+        last, self._last = self._last, (step, mode, loss)
+        if mode != "sync" or step <= self.warmup or last is None or last[0] != step - 1 or last[2] <= 0:
+            return
+        self.last_gap = loss / last[2] - 1.0
+        if self.last_gap > self.tolerance and last[1] == "stale":
+            self.interval, self._clean = max(1, self.interval // 2), 0
+        elif self.last_gap <= self.tolerance:
+            self._clean += 1
+            if self._clean >= self.grow_after:
+                self.interval, self._clean = min(self.budget, self.interval + 1), 0
+
+    def resume_at(self, step: int) -> None:
+        """A resumed run starts at ``step`` with empty agent tables: that step syncs; the
+        interval starts again from ``budget`` (what the run learnt of it is not kept)."""
+        self._modes, self._last_sync, self._last = {}, None, None
+        self.interval, self._clean = self.budget, 0

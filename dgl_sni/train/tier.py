@@ -43,7 +43,9 @@ class TierTrainer(TrainerBase):
     default :class:`~storage_tier.protocols.NoExchange`); ``model`` (a
     :class:`~dgl_sni.tier_models.TierModel`, default the shipped GCN/SAGE/GAT of ``cfg``
     with ``init_model``'s initial weights); ``partition`` (``auto``/``switching``/``range``);
-    ``mode`` (``regather``/``snapshot``); ``lazy_writes``; ``prefetch_depth``; ``io_mode``
+    ``mode`` (``regather``/``snapshot``); ``lazy_writes`` (``"grads"``: outputs bypass to
+    storage, gradient buffers stay cached until evicted; ``False``: both bypass; ``True``:
+    both write back); ``prefetch_depth``; ``io_mode``
     (``auto``/``direct``/``buffered``); ``device`` (``cpu``; ``cuda`` untested);
     ``pool_units`` (recycled unit buffers); ``hoist_dropout``.
 
@@ -62,7 +64,7 @@ class TierTrainer(TrainerBase):
                  collective=None, exchange: HaloExchange | None = None,
                  counters: Counters | None = None, *,
                  model: TierModel | None = None, partition: str = "auto", mode: str = "regather",
-                 lazy_writes: bool = False, prefetch_depth: int = 2, io_mode: str = "auto",
+                 lazy_writes: bool | str = "grads", prefetch_depth: int = 2, io_mode: str = "auto",
                  device: str = "cpu", pool_units: int = 4, hoist_dropout: bool = True):
         self.cfg = cfg
         self.collective = collective or LocalCollective()

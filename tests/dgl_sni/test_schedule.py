@@ -1,7 +1,8 @@
-"""Sync schedules: the fixed one and the drift-triggered one within its staleness budget."""
+"""Sync schedules: the fixed one, the drift-triggered one within its staleness budget, and the
+loss-guarded one."""
 import torch
 
-from dgl_sni.sni.schedule import DriftSchedule, SyncSchedule, WeightDrift
+from dgl_sni.sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
 
 
 def test_fixed_schedule():
@@ -69,3 +70,49 @@ def test_resumed_drift_schedule_syncs_its_first_step_and_measures_from_there():
     assert s.mode(4) == "sync" and meter.snapshots == 3
     assert s.mode(5) == "stale"  # reads the meter again (0.02), measured from step 4
     assert meter.readings == []
+
+
+def _run_guarded(s, losses):
+    """Drive ``s`` with a loss per step: ``losses(step, mode)``; returns the modes as S/. ."""
+    modes = ""
+    for t in range(len(losses)):
+        mode = s.mode(t)
+        modes += "S" if mode == "sync" else "."
+        s.observe(t, mode, losses[t](mode) if callable(losses[t]) else losses[t])
+    return modes
+
+
+def test_guarded_schedule_keeps_its_budget_while_syncs_show_no_rise():
+    s = GuardedSchedule(warmup=2, budget=3, tolerance=0.01)
+    falling = [1.0 - 0.01 * t for t in range(11)]  # every sync's loss below the stale step's before it
+    assert _run_guarded(s, falling) == "SSS..S..S.." and s.interval == 3
+
+
+def test_guarded_schedule_halves_on_a_rise_and_grows_back_after_two_clean_syncs():
+    s = GuardedSchedule(warmup=1, budget=4, tolerance=0.01)
+    # steps 1.. after warm-up; the sync at step 5 shows a 10% rise over stale step 4
+    losses = [1.0, 0.9, 0.89, 0.88, 0.87, 0.96] + [0.95 - 0.01 * t for t in range(14)]
+    modes = _run_guarded(s, losses)
+    # interval 4 (syncs 1, 5), halved to 2 at 5 (syncs 7, 9), then 3 after two clean syncs (12, 15)
+    # and back to 4 after two more (19)
+    assert modes == "SS...S.S.S..S..S...S"
+    assert s.interval == 4
+
+
+def test_guarded_schedule_goes_down_to_exact_training_and_probes_again():
+    s = GuardedSchedule(warmup=1, budget=2, tolerance=0.01)
+    # every sync after a stale step rises 5%; exact steps fall
+    losses = [lambda m: 1.0] + [(lambda m: 1.05 if m == "sync" else 1.0)] * 12
+    modes = _run_guarded(s, losses)
+    assert modes.startswith("SS.S")  # interval 2, halved to 1 at step 3
+    assert s.interval in (1, 2) and "SSS" in modes  # exact steps, then a probe at interval 2 again
+    never = GuardedSchedule(warmup=1, budget=1, tolerance=0.0)
+    assert _run_guarded(never, [1.0 + t for t in range(6)]) == "SSSSSS"  # budget 1: exact training
+
+
+def test_resumed_guarded_schedule_syncs_its_first_step_and_restarts_from_its_budget():
+    s = GuardedSchedule(warmup=1, budget=3, tolerance=0.01)
+    _run_guarded(s, [1.0, 0.9, 0.89, 0.95])  # halved at step 3... not yet: step 3 is stale
+    s.resume_at(3)
+    assert s.mode(3) == "sync" and s.interval == 3
+    assert [s.mode(t) for t in (4, 5, 6)] == ["stale", "stale", "sync"]

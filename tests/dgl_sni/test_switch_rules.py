@@ -154,3 +154,76 @@ def test_rows_written_here_leave_the_cache_and_budget_zero_keeps_nothing():
     assert off.resolve(1, True, src, ids=np.array([1, 2])).count(Origin.PULLED) == 2
     with pytest.raises(ValueError, match="capacity"):
         StaticRowCache(-1)
+
+
+class _Policy:
+    """Rows 0-9 belong to machine 0, 10-19 to machine 1, ..."""
+
+    def to_partid(self, ids):
+        return torch.as_tensor(ids) // 10
+
+
+class _Board:
+    def __init__(self):
+        self.posts = []
+
+    def post(self, name, ids):
+        self.posts.append((name, None if ids is None else ids.tolist()))
+
+
+class _Client:
+    """What a switch tensor asks of its client, without a cluster (machine 0 of 3)."""
+
+    def __init__(self, **cfg):
+        self.cfg = SNIConfig(**cfg).validate()
+        meta = (torch.float32, (30, 2), _Policy())
+        self.kv = type("KV", (), {"machine_id": 0, "get_data_meta": lambda _, name: meta})()
+        self.notices = _Board()
+
+    def new_static_cache(self, tensor):
+        return StaticRowCache(None)
+
+    def new_table_id(self):
+        return 1
+
+    def agent(self):
+        raise AssertionError("no agent without a stale pull")
+
+    def edge_counts(self, ids):
+        return np.zeros(ids.size, np.int64)
+
+
+def test_writes_that_may_leave_copies_stale_elsewhere_are_posted():
+    from dgl_sni.sni.kvstore import _Tensor
+    client = _Client(sync_interval=3, static=["feat"])
+    static = _Tensor(client, "feat", "feat", "static")
+    exchange = _Tensor(client, "h", "h", "exchange")
+    static.on_push(torch.tensor([1, 2]))  # own rows of static data: others may cache them
+    exchange.on_push(torch.tensor([3, 4]))  # own rows of the exchange: the pattern, not posted
+    exchange.on_push(torch.tensor([5, 15, 27]))  # rows of machines 1 and 2: posted
+    assert client.notices.posts == [("feat", [1, 2]), ("h", [15, 27])]
+    assert exchange.role == "plain" and static.role == "static"  # a named static tensor stays cached
+
+
+def test_notices_of_other_machines_writes_drop_what_is_held_here():
+    from dgl_sni.sni.kvstore import _Tensor
+    client = _Client(sync_interval=3, static=["named_feat"])
+    named_static = _Tensor(client, "named_feat", "named_feat", "static")
+    src = _Rows()
+    named_static.resolver.resolve(0, True, src, ids=np.array([11, 12, 13]))
+    named_static.on_notice(np.array([12]))
+    again = named_static.resolver.resolve(1, True, src, ids=np.array([11, 12, 13]))
+    assert again.origin.tolist() == [Origin.STATIC, Origin.PULLED, Origin.STATIC]
+    detected = _Tensor(client, "feat", "feat", "static")
+    detected.on_notice(np.array([12]))
+    assert detected.role == "plain" and detected.counters.extra["exact_because"] == "written by another machine"
+    exchange = _Tensor(client, "h", "h", "exchange")
+    exchange.on_notice(np.array([3, 7]))  # rows of this machine (read from its shared memory): nothing held
+    assert exchange.role == "exchange"
+    exchange.on_notice(np.array([3, 25]))
+    assert exchange.role == "plain"
+    assert exchange.counters.extra["exact_because"] == "another machine wrote rows of other machines"
+    named = _Tensor(_Client(sync_interval=3, tensors=["e"]), "e", "e", "named")
+    named.on_notice(np.array([25, 21]))
+    named.on_notice(None)  # any row: every row pulled until the next sync
+    assert named.role == "named" and named._dirty.tolist() == list(range(30))

@@ -47,7 +47,7 @@ def _launch(tmp_path, parts, tag, config=None, *extra):
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory, parts):
-    return _launch(tmp_path_factory.mktemp("plain"), parts, "plain")[0]
+    return _launch(tmp_path_factory.mktemp("plain"), parts, "plain", None, "--write-static")[0]
 
 
 def _assert_exact_paths(sni, plain):
@@ -121,6 +121,23 @@ def test_rows_this_machine_wrote_are_never_served_stale(tmp_path, parts):
     assert detected[0]["remote_marks"] == [[1000.0 + e] * 4 for e in range(EPOCHS)]
     assert dstats[0]["stock_emb"]["exact_because"] == "a push wrote rows of other machines"
     assert dstats[0]["stock_emb"].get("served_rows", 0) == 0
+
+
+@needs_netns
+@pytest.mark.parametrize("static", [[], ["features"]], ids=["detected", "named"])
+def test_rows_another_machine_wrote_are_never_served_from_the_cache(tmp_path, parts, plain, static):
+    """Rank 1 caches input features of rank 0; rank 0 rewrites them; rank 1 reads DGL's new rows."""
+    sni, stats = _launch(tmp_path, parts, "static_wr", dict(sync_interval=1, static=static), "--write-static")
+    before, after, again = sni[1]["static_rewrite"]
+    assert after == again * 4 == 7777.0 * 20 * 24  # 20 rows of the small graph's 24 features
+    assert sni[1]["static_rewrite"] == plain[1]["static_rewrite"]
+    assert stats[1]["features"]["served_rows"] >= 20  # the first read came from the cache
+    if static:  # named: the written rows leave the cache, the tensor stays cached
+        assert stats[1]["features"]["role"] == "static"
+        assert stats[0]["features"]["role"] == "static"
+    else:  # detected read-only data, written: exact from then on, on both machines
+        assert stats[0]["features"]["exact_because"] == "written by this machine"
+        assert stats[1]["features"]["exact_because"] == "written by another machine"
 
 
 @pytest.mark.parametrize("flag", [None, "1"])

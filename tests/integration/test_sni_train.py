@@ -116,3 +116,19 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph
         assert not all(exact)  # served rows three epochs old at lr 0.05 change some predictions
     else:
         assert all(exact)
+
+
+@needs_netns
+def test_guarded_policy_decides_from_the_recorded_losses(tmp_path, small_graph_npz):
+    """Every worker fed the same all-reduced losses to its schedule: replaying the recorded
+    losses through a fresh schedule gives the recorded modes and intervals."""
+    from dgl_sni.sni.schedule import GuardedSchedule
+    epochs, _ = _train(tmp_path, small_graph_npz, "--predictor", "cache", "--sync-policy", "guarded",
+                       "--sync-loss-gap", 0.0, epochs=16)
+    replay = GuardedSchedule(warmup=2, budget=4, tolerance=0.0)
+    for e in epochs:
+        assert replay.mode(e["epoch"]) == e["mode"]
+        replay.observe(e["epoch"], e["mode"], e["loss"])
+        assert e["sync_interval_now"] == replay.interval
+    assert any(e["mode"] == "stale" for e in epochs)
+    assert len({e["sync_interval_now"] for e in epochs}) > 1  # at gap 0 this seed's run halves and grows

@@ -72,8 +72,11 @@ def test_flag_switches_the_plugin_on_in_spawned_children(installed_pth, tmp_path
         def child(q):
             import sys
             import dgl
+            from dgl.distributed import rpc
             from patches import initialize_hook
-            q.put((dgl.__version__, 'dgl_sni.sni.kvstore' in sys.modules, initialize_hook.is_installed()))
+            # servers started without initialize (start_server) must answer the write notices
+            q.put((dgl.__version__, 'dgl_sni.sni.kvstore' in sys.modules, initialize_hook.is_installed(),
+                   906202 in rpc.SERVICE_ID_TO_PROPERTY))
 
         if __name__ == "__main__":
             ctx = mp.get_context("spawn")
@@ -89,7 +92,7 @@ def test_flag_switches_the_plugin_on_in_spawned_children(installed_pth, tmp_path
         proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
                               env=dict(full, **flag), timeout=300)
         assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.split() == ["2.1.0", on, on, "0"], (flag, proc.stdout, proc.stderr[-2000:])
+        assert proc.stdout.split() == ["2.1.0", on, on, on, "0"], (flag, proc.stdout, proc.stderr[-2000:])
 
 
 def test_hooks_run_around_the_package_body_and_a_wrong_dgl_is_refused(tmp_path):

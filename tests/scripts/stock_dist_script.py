@@ -27,6 +27,8 @@ parser.add_argument("--epochs", type=int, default=3)
 parser.add_argument("--int32", action="store_true", help="also read with int32 ids (DGL 2.1 alone crashes)")
 parser.add_argument("--write-remote", action="store_true",
                     help="rank 0 also writes one row of another machine before each read")
+parser.add_argument("--write-static", action="store_true",
+                    help="at the end, rank 0 rewrites input features of its own that rank 1 has read")
 args = parser.parse_args()
 
 
@@ -114,9 +116,25 @@ for step in range(4):
     batch = halo[torch.randint(0, halo.numel(), (64,), generator=gen)]
     batch_sums.append(checksum(feats[torch.cat([batch, mine[:16]])]))
 
+# input features rewritten by their owner after another machine read them (rank 1 caches
+# rank 0's rows), then read there again: the second read must see the write
+feature_sum = float(feats[halo].sum())
+static_rewrite = []
+if args.write_static:
+    rows0 = pb.partid2nids(0)[:20]
+    first = feats[rows0] if rank == 1 else None
+    dist.barrier()
+    if rank == 0:
+        feats[rows0] = torch.full((rows0.numel(), feats.shape[1]), 7777.0)
+    dist.barrier()
+    if rank == 1:
+        static_rewrite = [float(first.sum()), float(feats[rows0].sum()),
+                          float(feats[rows0[:5]].sum())]
+    dist.barrier()
+
 with open(os.path.join(args.out, f"rank{rank}.json"), "w") as fh:
-    json.dump(dict(rank=rank, owned=int(mine.numel()), halo=halo.tolist(),
-                   feature_sum=float(feats[halo].sum()), epoch_sums=sums, remote_marks=remote_marks,
+    json.dump(dict(rank=rank, static_rewrite=static_rewrite, owned=int(mine.numel()), halo=halo.tolist(),
+                   feature_sum=feature_sum, epoch_sums=sums, remote_marks=remote_marks,
                    eval_sums=eval_sums, reused_sums=reused_sums, custom_sums=custom_sums, shapes=shapes, index_sums=index_sums,
                    batch_sums=batch_sums), fh)
 dist.barrier()
