@@ -79,6 +79,9 @@ class SNIConfig:
                             sweep=True)
     quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
                               "rounded with a per-row scale (0: float32, exact)", choices=(0, 4, 8), sweep=True)
+    smooth: float = option(0.0, "the agent keeps each halo row as an exponential average over sync epochs, "
+                                "new = S * old + (1 - S) * synced (0: the synced rows; stale epochs then serve "
+                                "rows that do not carry the one dropout draw the sync's update fitted)", sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
@@ -121,6 +124,10 @@ class SNIConfig:
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
+            (0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (not self.smooth or self.sync_policy not in ("adaptive", "pipeline"),
+             f"--smooth does not combine with --sync-policy {self.sync_policy} (adaptive observes single "
+             f"rows; pipeline has no agent)"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
             (_cache_budget_ok(self.feature_cache_bytes),
              f"feature_cache_bytes must be a size such as 512M or a share such as 20%, got "

@@ -282,6 +282,7 @@ class HaloResolver:
             self._new_table(self.ids, dim)
         self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
+        self._average = None  # smooth > 0: the exponential average of the synced rows
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
         self._scoring: Future | None = None  # a sync step's transfer scoring, running in the background
 
@@ -385,11 +386,24 @@ class HaloResolver:
         elif prefetched:  # asked for, but the rows it was for did not come (not in memory)
             table.preview(step)
         synced = table.synced  # observe replaces it (a new array): the scoring keeps the old one
-        table.observe(step, fresh)
+        table.observe(step, self._smoothed(fresh))
         if own is not None and transfer is not None:  # off the critical path (see settle)
             self._scoring = _scorer().submit(self._score_sync, synced, np.array(own, dtype=np.float32),
                                              used if scoring else None, fresh)
         return resolved
+
+    def _smoothed(self, fresh: np.ndarray) -> np.ndarray:
+        """What the agent observes at a sync: the fresh rows, or (``smooth`` S > 0) their
+        exponential average over syncs, ``S * previous + (1 - S) * fresh``."""
+        g = self.cfg.smooth
+        if not g:
+            return fresh
+        if self._average is None:
+            self._average = np.array(fresh, dtype=np.float32, copy=True)
+        else:
+            self._average *= g
+            self._average += (1.0 - g) * fresh
+        return self._average
 
     def _resolve_stale(self, step, training, source, own, ids) -> Resolved:
         cfg, table, transfer = self.cfg, self.table, self.transfer

@@ -21,11 +21,12 @@ OLD_KEYS = (
     "subparts quiet metrics checkpoint_dir checkpoint_every epoch_gate sweep").split()
 STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DGL_SNI_CONFIG only
 # settings added since the parts existed (issues 11 and 13; sync_loss_gap: the guarded policy)
-NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap"}
+NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth"}
 # settings the non-default config below leaves at their defaults, and why
 KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
         "agent_dir": "standalone socket agents need --agent process (the config sets inline)",
-        "resume": "needs a folder holding a checkpoint, and excludes --sweep (the config sets one)"}
+        "resume": "needs a folder holding a checkpoint, and excludes --sweep (the config sets one)",
+        "smooth": "does not combine with --sync-policy adaptive (the config sets it)"}
 
 
 def _train_parser():
@@ -153,7 +154,7 @@ def test_sweep_changes_only_what_it_did(tmp_path):
     assert set(SWEEPABLE) == {"model", "layers", "hidden", "heads", "epochs", "lr", "dropout", "weight_decay",
                               "seed", "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor",
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
-                              "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap"}
+                              "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "cache", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()

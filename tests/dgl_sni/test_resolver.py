@@ -219,3 +219,35 @@ def test_background_scoring_leaves_what_in_line_scoring_leaves():
     assert all(np.array_equal(x, y) for x, y in zip(a_rows, b_rows))
     assert all(np.array_equal(x, y) for x, y in zip(a_state, b_state))
     assert a_state[0].max() >= 3  # it really scored
+
+
+def test_smoothing_serves_the_average_of_the_synced_rows():
+    """``smooth`` S: the agent observes S * previous + (1 - S) * fresh at every sync, so a stale
+    step with the cache serves that average instead of the last synced rows."""
+    agent = InlineAgentClient()
+    try:
+        res, _ = _resolver(agent, predictor="cache", smooth=0.75, sync_interval=2, warmup=1)
+        src = FakeSource()
+        seen = []
+        for step in range(4):  # syncs at 0, 1, 3; stale at 2
+            src.step = step
+            seen.append(src.truth(IDS))
+            out = res.resolve(step, True, src, mode=res.mode(step))
+            if res.mode(step) == "sync":
+                assert np.array_equal(out.rows, seen[-1])  # training always gets the fresh rows
+        src.step = 4
+        stale = res.resolve(4, True, src, mode="stale")
+        # syncs at 0, 1 and 3, each averaged in with weight 0.25
+        expect = 0.75 * (0.75 * seen[0] + 0.25 * seen[1]) + 0.25 * seen[3]
+        np.testing.assert_allclose(stale.rows, expect, rtol=1e-6)
+        other = InlineAgentClient()
+        try:
+            plain, _ = _resolver(other, predictor="cache", sync_interval=2, warmup=1)
+            for step in (0, 1):
+                src.step = step
+                plain.resolve(step, True, src, mode="sync")
+            np.testing.assert_array_equal(plain.resolve(2, True, src, mode="stale").rows, seen[1])
+        finally:
+            other.close()
+    finally:
+        agent.close()
