@@ -40,8 +40,8 @@ and gradients only when the cache evicts them (write-back) instead of always (by
 ``lazy_writes="grads"`` (the trainer's default, the seed paper's design) writes outputs
 straight to storage but keeps gradient buffers in the host cache under the same budget,
 written only when evicted; all three are exact. ``hoist_dropout=True`` (default) stores
-hidden activations *after* the next layer's keyed input dropout (``TierModel.drop_rows``; ``drop_input`` then passes those
-rows through), so a row is dropped once where it is produced rather than in each of the
+hidden activations *after* the next layer's keyed input dropout (``TierModel.drop_rows``;
+``drop_input`` then passes those rows through), so a row is dropped once where it is produced rather than in each of the
 alpha sub-partitions that gather it -- the same values, since masks are keyed by node.
 Passes alternate direction (0..P-1, then P-1..0) so the units touched last are read first.
 

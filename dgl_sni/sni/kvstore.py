@@ -27,8 +27,8 @@ uses):
   nothing can be stale: no agent starts and no pull is served.
 
 Writes made on other machines: a trainer that writes static node data, or rows another
-machine owns, posts a write notice (:mod:`dgl_sni.sni.notices`) that every server takes
-before its push returns; before answering a pull from memory, each trainer applies the
+machine owns, posts a write notice (:mod:`dgl_sni.sni.notices`) that the first server of
+every machine takes before its push returns; before answering a pull from memory, each trainer applies the
 notices posted since its last look (an 8-byte shared-memory read when there are none). A
 detected static tensor written anywhere, or an ``exchange`` tensor whose rows of other
 machines were written anywhere, is exact from then on; a named static tensor drops the
@@ -203,8 +203,10 @@ class _Tensor:
     def on_push(self, ids: torch.Tensor) -> None:
         """This machine writes rows ``ids``: what may no longer be served from memory, here
         and (through a notice) on the machines that may hold them."""
-        own = self.policy.to_partid(ids) == self.client.kv.machine_id
         board = self.client.notices
+        if board is None and self.role == "plain":
+            return
+        own = self.policy.to_partid(ids) == self.client.kv.machine_id
         if board is not None and (self.cached_elsewhere or not bool(own.all())):
             board.post(self.name, (ids if self.cached_elsewhere else ids[~own]).numpy())
         if self.role == "plain":
@@ -504,6 +506,9 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
     if budget:
         cfg.feature_cache_bytes = budget
         cfg.validate()
+    if cfg.smooth:
+        raise ValueError(f"smooth={cfg.smooth}: smoothing the synced rows is a dgl-sni train setting; the "
+                         f"stock-script switch serves the synced rows as they are (set smooth to 0)")
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")

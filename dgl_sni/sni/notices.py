@@ -5,7 +5,8 @@ agent's history). A write made on *another* machine must reach those copies befo
 machine reads the rows again. DGL's pushes say nothing to third parties, so a trainer
 whose write may leave a copy stale elsewhere (any write of static node data; a write of
 rows another machine owns) posts a notice, ``(tensor name, row ids)``, to every server
-and waits for all of them to take it. A server keeps its notices in order and counts
+(the first server of each machine, the one its trainers read) and waits for all of them
+to take it. A server keeps its notices in order and counts
 them in an 8-byte shared-memory word that the trainers of its machine read without a
 round trip. Before it answers a pull from memory, a trainer compares that word with what
 it has seen; only when it moved does it fetch the new notices from its machine's first
@@ -29,7 +30,7 @@ from dgl.distributed import rpc
 
 POST_NOTICE = 906201  # DGL's own services use 9012xx
 FETCH_NOTICES = 906202
-MAX_IDS = 1 << 22  # ids a server keeps per tensor; beyond it a notice means "every row"
+MAX_IDS = 1 << 22  # ids one notice carries; a larger write is posted as "every row" (ids None)
 
 _BOARD = {"log": [], "path": None, "count": None}  # server side: this server's notices
 
@@ -66,10 +67,7 @@ class PostNoticeRequest(rpc.Request):
 
     def process_request(self, server_state):
         log, count = _BOARD["log"], _board_counter()
-        ids = None if self.ids is None else np.asarray(self.ids, np.int64)
-        if ids is not None and ids.size > MAX_IDS:
-            ids = None
-        log.append((self.name, ids, self.writer))
+        log.append((self.name, self.ids, self.writer))
         count[0] = len(log)
         return NoticeResponse(len(log), [], _BOARD["path"])
 
@@ -123,7 +121,8 @@ class NoticeBoard:
         register_services()
         self.rank = rpc.get_rank()
         per_machine = rpc.get_num_server_per_machine()
-        self.servers = rpc.get_num_server()
+        # the first server of every machine: the one that machine's trainers read
+        self.homes = list(range(0, rpc.get_num_server(), per_machine))
         self.home = machine_id * per_machine
         self.seen = 0
         reply = self._fetch()  # the counter's path, and whatever was posted before this trainer started
@@ -136,12 +135,12 @@ class NoticeBoard:
         return rpc.recv_response()
 
     def post(self, name: str, ids: np.ndarray | None) -> None:
-        """Tell every server that this trainer wrote rows ``ids`` of ``name`` (None: all);
-        returns once each has taken the notice."""
+        """Tell every machine that this trainer wrote rows ``ids`` of ``name`` (None: all);
+        returns once each machine's first server has taken the notice."""
         payload = None if ids is None or ids.size > MAX_IDS else np.asarray(ids, np.int64)
-        for server in range(self.servers):
+        for server in self.homes:
             rpc.send_request(server, PostNoticeRequest(name, payload, self.rank))
-        for _ in range(self.servers):
+        for _ in self.homes:
             rpc.recv_response()
 
     def news(self) -> list:

@@ -112,7 +112,8 @@ def test_guarded_schedule_goes_down_to_exact_training_and_probes_again():
 
 def test_resumed_guarded_schedule_syncs_its_first_step_and_restarts_from_its_budget():
     s = GuardedSchedule(warmup=1, budget=3, tolerance=0.01)
-    _run_guarded(s, [1.0, 0.9, 0.89, 0.95])  # halved at step 3... not yet: step 3 is stale
-    s.resume_at(3)
-    assert s.mode(3) == "sync" and s.interval == 3
-    assert [s.mode(t) for t in (4, 5, 6)] == ["stale", "stale", "sync"]
+    assert _run_guarded(s, [1.0, 0.9, 0.89, 0.88, 0.99]) == "SS..S"  # the sync at 4 rose 12.5%
+    assert s.interval == 1
+    s.resume_at(5)
+    assert s.mode(5) == "sync" and s.interval == 3
+    assert [s.mode(t) for t in (6, 7, 8)] == ["stale", "stale", "sync"]

@@ -227,3 +227,9 @@ def test_notices_of_other_machines_writes_drop_what_is_held_here():
     named.on_notice(np.array([25, 21]))
     named.on_notice(None)  # any row: every row pulled until the next sync
     assert named.role == "named" and named._dirty.tolist() == list(range(30))
+
+
+def test_the_switch_refuses_smoothing_it_would_not_do():
+    from dgl_sni.sni.kvstore import enable
+    with pytest.raises(ValueError, match="smooth=0.5: smoothing the synced rows is a dgl-sni train setting"):
+        enable({"smooth": 0.5})

@@ -130,6 +130,7 @@ def test_rows_another_machine_wrote_are_never_served_from_the_cache(tmp_path, pa
     sni, stats = _launch(tmp_path, parts, "static_wr", dict(sync_interval=1, static=static), "--write-static")
     before, after, again = sni[1]["static_rewrite"]
     assert after == again * 4 == 7777.0 * 20 * 24  # 20 rows of the small graph's 24 features
+    assert before != after  # the first read saw the rows before the write
     assert sni[1]["static_rewrite"] == plain[1]["static_rewrite"]
     assert stats[1]["features"]["served_rows"] >= 20  # the first read came from the cache
     if static:  # named: the written rows leave the cache, the tensor stays cached
