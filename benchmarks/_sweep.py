@@ -1,4 +1,5 @@
 """Run a sweep of training configurations on one emulated cluster and read the results back."""
+import argparse
 import json
 import os
 import shutil
@@ -10,11 +11,21 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _wanted(run: dict, dataset_args: list, workers: int) -> dict:
-    wanted = dict(run, workers=workers)
+def _wanted(run: dict, dataset_args: list, workers: int, base_args=()) -> dict:
+    """Every sweepable setting of ``run`` as the trainers will see it (the run's own values,
+    the defaults elsewhere), with the workers and the dataset flags: a finished run is reused
+    only when all of them match, so a changed default never reuses a run made under the old one."""
+    from dgl_sni.config import SWEEPABLE, add_train_arguments, from_args
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
     flags = list(map(str, dataset_args))
-    for flag, value in zip(flags[::2], flags[1::2]):
-        wanted[flag.lstrip("-").replace("-", "_")] = value
+    base = from_args(parser.parse_args(flags + ["--workers", str(workers), *map(str, base_args)])).as_dict()
+    wanted = {k: base[k] for k in SWEEPABLE}
+    wanted.update(run, workers=workers)
+    for flag in flags[::2]:  # as parsed: a stored 20.0 matches --avg-degree 20
+        key = flag.lstrip("-").replace("-", "_")
+        wanted[key] = base[key]
     return {k: str(v) for k, v in wanted.items()}
 
 
@@ -53,7 +64,7 @@ def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_a
     finished = _finished(out_dir)
     paths, todo = [None] * len(runs), []
     for i, run in enumerate(runs):
-        wanted = _wanted(run, dataset_args, workers)
+        wanted = _wanted(run, dataset_args, workers, base_args)
         hit = next((p for p, c in finished.items() if all(str(c.get(k)) == v for k, v in wanted.items())), None)
         if hit is None:
             todo.append(i)

@@ -18,7 +18,9 @@ Presets: ``quick`` (the embedded 20k-node graph, 2 workers, 40 epochs: minutes) 
 (the issue's graphs: 200k nodes and 500k nodes at average degree 20, Cora, CiteSeer; 4 workers;
 1 Gbit/s and unshaped; 150 epochs: hours). ``--graphs``/``--links``/``--epochs`` narrow a
 preset; ``--configs FILE`` replaces the configurations (a JSON list of sweep entries, each
-with a ``name``). Finished runs are kept under ``benchmarks/results/e2e_runs/`` and not rerun.
+with a ``name``); ``--seeds 0,1,2`` runs every configuration once per seed and adds, per
+configuration, its paired figures over the seeds. Finished runs are kept under
+``benchmarks/results/e2e_runs/`` and not rerun.
 
     python benchmarks/bench_e2e.py --preset quick
     python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit
@@ -91,7 +93,7 @@ def summarize_run(metrics: dict, name: str) -> dict:
     best = max(range(len(epochs)), key=lambda i: (epochs[i].get("val_acc") or -1, -i))
     return dict(name=name, config={k: metrics["config"].get(k) for k in (
                     "sync_interval", "predictor", "sampling_ratio", "warmup", "stale_grad", "sync_policy",
-                                    "transfer", "bandwidth", "workers", "seed", "quantize")},
+                                    "transfer", "bandwidth", "workers", "seed", "quantize", "smooth")},
                 epochs=len(epochs), train_time_s=t,
                 epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
                 bytes_per_epoch=_median([e["bytes_sent"] + e["bytes_recv"] for e in measured]),
@@ -138,8 +140,26 @@ def compare(runs: list, link: str, workers: int) -> dict:
     return out
 
 
-def run(preset: str, graphs, links, epochs, configs, workers) -> dict:
-    report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, graphs={})
+def over_seeds(by_seed: dict) -> dict:
+    """Per configuration, its paired figures over the seeds (each seed's runs judged against
+    that seed's interval 1): the final test accuracy's difference (mean, lowest), the
+    time-to-target speed-up (median, lowest; a run that never reached it counts as 0) and the
+    per-epoch speed-up (median)."""
+    out = {}
+    names = [r["name"] for r in next(iter(by_seed.values()))["runs"]]
+    for i, name in enumerate(names):
+        runs = [judged["runs"][i] for judged in by_seed.values()]
+        delta = [r["final_test_delta"] for r in runs if r["final_test_delta"] is not None]
+        speed = [r["time_to_target_speedup"] or 0.0 for r in runs]
+        out[name] = dict(seeds=len(runs), final_test_delta_mean=statistics.mean(delta) if delta else None,
+                         final_test_delta_min=min(delta) if delta else None,
+                         time_to_target_speedup_median=statistics.median(speed), time_to_target_speedup_min=min(speed),
+                         epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]))
+    return out
+
+
+def run(preset: str, graphs, links, epochs, configs, workers, seeds=None) -> dict:
+    report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={})
     for graph in graphs:
         if graph in ("cora", "citeseer") and not os.path.exists(GRAPHS[graph][1]):
             print(f"{graph}: {GRAPHS[graph][1]} not present, skipped", flush=True)
@@ -147,13 +167,25 @@ def run(preset: str, graphs, links, epochs, configs, workers) -> dict:
         for link in links:
             out_dir = os.path.join(RESULTS, "e2e_runs", f"{graph}-{link}-w{workers}")
             base_args = MODEL + (["--bandwidth", link] if link != "unshaped" else [])
-            print(f"{graph} / {link}: {len(configs)} runs of {epochs} epochs", flush=True)
-            entries = [dict({k: v for k, v in c.items() if k != "name"}, epochs=epochs) for c in configs]
+            groups = [None] if seeds is None else seeds
+            print(f"{graph} / {link}: {len(configs) * len(groups)} runs of {epochs} epochs", flush=True)
+            entries = [dict({k: v for k, v in c.items() if k != "name"}, epochs=epochs,
+                            **({} if seed is None else dict(seed=seed))) for seed in groups for c in configs]
             metrics = run_sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
-            runs = [summarize_run(m, c["name"]) for m, c in zip(metrics, configs)]
-            judged = compare(runs, link, workers)
-            report["graphs"].setdefault(graph, {})[link] = dict(judged, runs=runs)
-            _print(graph, link, judged, runs)
+            by_seed = {}
+            for g, seed in enumerate(groups):
+                chunk = metrics[g * len(configs):(g + 1) * len(configs)]
+                runs = [summarize_run(m, c["name"]) for m, c in zip(chunk, configs)]
+                judged = compare(runs, link, workers)
+                by_seed[seed] = dict(judged, runs=runs)
+                _print(graph, link, judged, runs, seed)
+            if seeds is None:
+                report["graphs"].setdefault(graph, {})[link] = by_seed[None]
+            else:
+                summary = over_seeds(by_seed)
+                report["graphs"].setdefault(graph, {})[link] = dict(
+                    over_seeds=summary, by_seed={str(k): v for k, v in by_seed.items()})
+                _print_seeds(summary)
     return report
 
 
@@ -161,7 +193,9 @@ def _fmt(x, spec=".3f"):
     return "-" if x is None else format(x, spec)
 
 
-def _print(graph, link, judged, runs) -> None:
+def _print(graph, link, judged, runs, seed=None) -> None:
+    if seed is not None:
+        print(f"  seed {seed}:")
     print(f"  target val acc {judged['target_val_acc']:.4f}; exchange efficiency (interval 1) "
           f"{_fmt(judged.get('exchange_efficiency_interval1'), '.2f')}")
     print(f"  {'run':16s} {'ms/epoch':>9s} {'x epoch':>8s} {'to target s':>12s} {'x target':>9s} "
@@ -174,6 +208,16 @@ def _print(graph, link, judged, runs) -> None:
               f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s}", flush=True)
 
 
+def _print_seeds(summary: dict) -> None:
+    print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'x target med':>12s} {'min':>6s} "
+          f"{'x epoch':>8s}")
+    for name, r in summary.items():
+        print(f"              {name:16s} {_fmt(r['final_test_delta_mean'], '+.4f'):>15s} "
+              f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
+              f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s}",
+              flush=True)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="quick")
@@ -182,6 +226,8 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--configs", default=None, help="JSON list of sweep entries, each with a 'name'")
+    parser.add_argument("--seeds", default=None, help="comma-separated seeds: every configuration once per "
+                                                          "seed, judged against that seed's interval 1")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/e2e-PRESET.json)")
     ns = parser.parse_args(argv)
     preset = PRESETS[ns.preset]
@@ -199,7 +245,8 @@ def main(argv=None) -> int:
             parser.error("--configs needs a list of entries with a 'name', the first exact (sync_interval 1, "
                          "not pipelined or quantized)")
     report = run(ns.preset, graphs, ns.links.split(",") if ns.links else preset["links"],
-                 ns.epochs or preset["epochs"], configs, ns.workers or preset["workers"])
+                 ns.epochs or preset["epochs"], configs, ns.workers or preset["workers"],
+                 [int(x) for x in ns.seeds.split(",")] if ns.seeds else None)
     os.makedirs(RESULTS, exist_ok=True)
     out = ns.out or os.path.join(RESULTS, f"e2e-{ns.preset}.json")
     with open(out, "w") as fh:

@@ -1,12 +1,89 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""Compiled trainer kernels (see csrc/): keyed dropout."""
+"""Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec."""
 import numpy as np
 cimport numpy as cnp
-from libc.stdint cimport int64_t, uint64_t, uint32_t
+from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
 
 cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
     void keyed_dropout(const float* x, float* y, int64_t rows, int64_t cols,
                        const int64_t* keys, uint64_t seed, uint32_t threshold, float scale) nogil
+
+cdef extern from "csrc/row_codec.hpp" namespace "sni":
+    void encode_rows(const float* x, int64_t n, int64_t d, int bits, const float* dither,
+                     uint8_t* out, int64_t width) nogil
+    void decode_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width, float* out) nogil
+    void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
+                         const int64_t* offsets, double* target) nogil
+
+
+def _c_array(a, dtype, what):
+    """Refuse an array the kernels cannot read as a C array of ``dtype``."""
+    if a.dtype != dtype:
+        raise TypeError(f"{what} must be {np.dtype(dtype).name}, got {a.dtype}")
+    if not a.flags.c_contiguous:
+        raise ValueError(f"{what} must be C-contiguous")
+
+
+def _check_codec(packed, n, d, int bits):
+    """Refuse a bit width or an encoded block that does not fit ``n`` rows of ``d`` values."""
+    if bits not in (4, 8):
+        raise ValueError(f"the row codec takes 4 or 8 bits, got {bits}")
+    if packed.ndim != 2 or packed.shape[0] != n or packed.shape[1] != (d * bits + 7) // 8 + 8:
+        raise ValueError(f"encoded rows {tuple(packed.shape)} do not hold {n} rows of {d} values at {bits} bits")
+
+
+def encode_rows_into(x, dither, out, int bits):
+    """Encode float32 rows ``x [n, d]`` into ``out`` (uint8 ``[n, packed width]``) with the
+    uniforms ``dither`` (float32, ``n * d``); see csrc/row_codec.hpp."""
+    _c_array(x, np.float32, "rows")
+    _c_array(dither, np.float32, "dither")
+    _c_array(out, np.uint8, "out")
+    if x.ndim != 2 or x.shape[1] < 1:
+        raise ValueError(f"rows must be 2-d with at least one column, got shape {x.shape}")
+    cdef int64_t n = x.shape[0], d = x.shape[1]
+    _check_codec(out, n, d, bits)
+    if dither.size < n * d:
+        raise ValueError(f"need {n * d} uniforms, got {dither.size}")
+    cdef cnp.ndarray xa = x, ua = dither, oa = out
+    with nogil:
+        encode_rows(<const float*>cnp.PyArray_DATA(xa), n, d, bits, <const float*>cnp.PyArray_DATA(ua),
+                    <uint8_t*>cnp.PyArray_DATA(oa), (d * bits + 7) // 8 + 8)
+    return out
+
+
+def decode_rows_into(packed, out, int bits):
+    """Decode ``packed`` (uint8 ``[n, packed width]``) into float32 ``out [n, d]``."""
+    _c_array(packed, np.uint8, "encoded rows")
+    _c_array(out, np.float32, "out")
+    if out.ndim != 2 or out.shape[1] < 1:
+        raise ValueError(f"out must be 2-d with at least one column, got shape {out.shape}")
+    cdef int64_t n = out.shape[0], d = out.shape[1]
+    _check_codec(packed, n, d, bits)
+    cdef int64_t width = packed.shape[1]
+    cdef cnp.ndarray pa = packed, oa = out
+    with nogil:
+        decode_rows(<const uint8_t*>cnp.PyArray_DATA(pa), n, d, bits, width, <float*>cnp.PyArray_DATA(oa))
+    return out
+
+
+def accumulate_rows_into(packed, offsets, target, int bits):
+    """``target[offsets[r]] += decoded row r`` in float64 (``target``: ``[rows, d]``;
+    ``offsets``: int64, each in range)."""
+    _c_array(packed, np.uint8, "encoded rows")
+    _c_array(offsets, np.int64, "offsets")
+    _c_array(target, np.float64, "target")
+    if target.ndim != 2 or target.shape[1] < 1:
+        raise ValueError(f"target must be 2-d with at least one column, got shape {target.shape}")
+    cdef int64_t n = offsets.shape[0], d = target.shape[1]
+    _check_codec(packed, n, d, bits)
+    if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
+        raise IndexError(f"offsets must lie in [0, {target.shape[0]})")
+    cdef int64_t width = packed.shape[1]
+    cdef cnp.ndarray pa = packed, fa = offsets, ta = target
+    with nogil:
+        accumulate_rows(<const uint8_t*>cnp.PyArray_DATA(pa), n, d, bits, width,
+                        <const int64_t*>cnp.PyArray_DATA(fa), <double*>cnp.PyArray_DATA(ta))
+    return target
 
 
 def keyed_dropout_into(x, out, keys, uint64_t seed, double p):

@@ -10,9 +10,10 @@ from dpu_agent.predictors import PREDICTOR_NAMES
 from .options import option, read_json
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
-STALE_GRAD = ("exchange", "skip")
+STALE_GRAD = ("exchange", "skip", "last")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
+TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 
 
 def cache_budget(value, remote_bytes: int) -> int:
@@ -56,7 +57,9 @@ class SNIConfig:
     warmup: int = option(20, "epochs that always sync", sweep=True)
     predictor: str = option("gated", "none: sync every epoch; cache; linear-trend (the paper); gated; holt",
                             choices=PREDICTORS, sweep=True)
-    stale_grad: str = option("exchange", "on stale epochs still push halo gradients (exchange) or not (skip)",
+    stale_grad: str = option("exchange", "on stale epochs still push halo gradients (exchange), drop them (skip), "
+                                         "or send none and give each owned row again the gradient it received "
+                                         "at the last sync (last)",
                              choices=STALE_GRAD, sweep=True)
     sync_policy: str = option("fixed", "fixed: sync every E-th epoch; adaptive: on stale epochs also pull rows "
                                        "whose predicted drift is large; drift: sync when the weights moved more "
@@ -79,9 +82,12 @@ class SNIConfig:
                             sweep=True)
     quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
                               "rounded with a per-row scale (0: float32, exact)", choices=(0, 4, 8), sweep=True)
-    smooth: float = option(0.0, "the agent keeps each halo row as an exponential average over sync epochs, "
-                                "new = S * old + (1 - S) * synced (0: the synced rows; stale epochs then serve "
-                                "rows that do not carry the one dropout draw the sync's update fitted)", sweep=True)
+    smooth: float | None = option(0.0, "the agent keeps each halo row as an exponential average over sync "
+                                       "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
+                                       "epochs then serve rows that do not carry the one dropout draw the "
+                                       "sync's update fitted); 0: the synced rows. dgl-sni train's default: "
+                                       f"{TRAIN_SMOOTH} (not with --sync-policy pipeline, which has no agent)",
+                                  sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
@@ -112,6 +118,14 @@ class SNIConfig:
     def enabled(self) -> bool:
         return self.predictor != "none"
 
+    @property
+    def smoothing(self) -> float:
+        """The smoothing in effect: ``smooth``, or where it is unset (``None``, dgl-sni train's
+        default) ``TRAIN_SMOOTH``, and 0 for the pipelined policy, which has no agent."""
+        if self.smooth is not None:
+            return self.smooth
+        return 0.0 if self.sync_policy == "pipeline" else TRAIN_SMOOTH
+
     def validate(self) -> "SNIConfig":
         checks = [
             (self.sync_interval >= 1, f"--sync-interval must be at least 1, got {self.sync_interval}"),
@@ -124,10 +138,9 @@ class SNIConfig:
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
-            (0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
-            (not self.smooth or self.sync_policy not in ("adaptive", "pipeline"),
-             f"--smooth does not combine with --sync-policy {self.sync_policy} (adaptive observes single "
-             f"rows; pipeline has no agent)"),
+            (self.smooth is None or 0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (not self.smooth or self.sync_policy != "pipeline",
+             "--smooth does not combine with --sync-policy pipeline (it has no agent, whose rows are smoothed)"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
             (_cache_budget_ok(self.feature_cache_bytes),
              f"feature_cache_bytes must be a size such as 512M or a share such as 20%, got "

@@ -11,8 +11,9 @@ the next epoch.
 Which halo rows are pulled at a step, and which the agent serves instead (stale steps of
 in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloResolver`
 per hidden layer; this module only moves rows. Stale steps pull no embedding, so no
-barrier is needed before the layer; their halo gradients are still pushed unless
-``stale_grad == "skip"``.
+barrier is needed before the layer; their halo gradients are still pushed
+(``stale_grad == "exchange"``), dropped (``"skip"``), or not sent while each owned row
+gets again the gradient the others sent it at the last sync (``"last"``: no traffic).
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
@@ -84,6 +85,7 @@ class KVHaloExchange:
         self._in_flight = {}  # layer -> PendingPull of the last pipelined step's rows
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined or exact)
         self._last_grad = {}  # layer -> gradient received for owned rows at the last exact step
+        self._sync_grad = {}  # stale_grad "last": layer -> gradient received at the last sync step
         self._grad_pending = False  # pushes of the last pipelined step not yet flushed
         self._last_training_step = None
         self.tier_backed = tensors.tier_root is not None
@@ -267,8 +269,9 @@ class KVHaloExchange:
 
     def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
         """Send halo gradients to their owners; return the gradient others sent for owned rows."""
-        if self.mode == "stale" and self.cfg.stale_grad == "skip":
-            return grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
+        if self.mode == "stale" and self.cfg.stale_grad != "exchange":
+            last = self._sync_grad.get(layer) if self.cfg.stale_grad == "last" else None
+            return last if last is not None else grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
         if self.mode == "pipelined":
             return self._pipelined_backward(layer, grad_halo)
         self._push(layer, grad_halo)
@@ -279,6 +282,8 @@ class KVHaloExchange:
         received = self._take_received(self.grad[layer])
         if self.pipeline_from is not None and self.training:
             self._last_grad[layer] = received  # the first pipelined step uses it
+        if self.cfg is not None and self.cfg.stale_grad == "last":
+            self._sync_grad[layer] = received  # the stale steps until the next sync reuse it
         return received
 
     def _take_received(self, grad_tensor: DistTensor) -> torch.Tensor:

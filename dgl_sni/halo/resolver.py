@@ -282,7 +282,7 @@ class HaloResolver:
             self._new_table(self.ids, dim)
         self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
-        self._average = None  # smooth > 0: the exponential average of the synced rows
+        self._average = None  # smoothing > 0: the exponential average of the synced rows
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
         self._scoring: Future | None = None  # a sync step's transfer scoring, running in the background
 
@@ -392,17 +392,23 @@ class HaloResolver:
                                              used if scoring else None, fresh)
         return resolved
 
-    def _smoothed(self, fresh: np.ndarray) -> np.ndarray:
-        """What the agent observes at a sync: the fresh rows, or (``smooth`` S > 0) their
-        exponential average over syncs, ``S * previous + (1 - S) * fresh``."""
-        g = self.cfg.smooth
+    def _smoothed(self, fresh: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """What the agent observes at a sync: the fresh rows, or (smoothing S > 0) their
+        exponential average over syncs, ``S * previous + (1 - S) * fresh``; ``rows``: only
+        those rows were pulled (the adaptive policy), and only their averages move."""
+        g = self.cfg.smoothing
         if not g:
             return fresh
         if self._average is None:
+            if rows is not None:  # not reached: a stale step comes after a full sync
+                return fresh
             self._average = np.array(fresh, dtype=np.float32, copy=True)
-        else:
+        elif rows is None:
             self._average *= g
             self._average += (1.0 - g) * fresh
+        else:
+            self._average[rows] = g * self._average[rows] + (1.0 - g) * fresh
+            return self._average[rows]
         return self._average
 
     def _resolve_stale(self, step, training, source, own, ids) -> Resolved:
@@ -440,7 +446,7 @@ class HaloResolver:
         if rows.size:
             fresh = source.pull(self.ids[rows])
             if training:
-                self.table.observe(step, fresh, rows)
+                self.table.observe(step, self._smoothed(fresh, rows), rows)
             used = used.copy()
             used[rows] = fresh
             origin = origin.copy()

@@ -509,6 +509,7 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
     if cfg.smooth:
         raise ValueError(f"smooth={cfg.smooth}: smoothing the synced rows is a dgl-sni train setting; the "
                          f"stock-script switch serves the synced rows as they are (set smooth to 0)")
+    cfg.smooth = 0.0  # unset (None) means dgl-sni train's default; here it is off
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")

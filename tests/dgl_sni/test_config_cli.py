@@ -25,8 +25,7 @@ NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir"
 # settings the non-default config below leaves at their defaults, and why
 KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
         "agent_dir": "standalone socket agents need --agent process (the config sets inline)",
-        "resume": "needs a folder holding a checkpoint, and excludes --sweep (the config sets one)",
-        "smooth": "does not combine with --sync-policy adaptive (the config sets it)"}
+        "resume": "needs a folder holding a checkpoint, and excludes --sweep (the config sets one)"}
 
 
 def _train_parser():
@@ -46,7 +45,7 @@ def _non_default() -> TrainConfig:
         doca_pci="0000:03:00.0", doca_name="sni-x", window=6, beta=0.5, lam=0.05, storage_tier="/t",
         device_mem_budget="512M", host_cache_budget="4G", subparts=3, quiet=True, metrics="/m.json",
         checkpoint_dir="/c", checkpoint_every=2, epoch_gate="/g", sweep="/s.json", sync_drift=0.2,
-        stale_eval=True, agent_timeout=3.0, sync_loss_gap=0.05)).validate()
+        stale_eval=True, agent_timeout=3.0, sync_loss_gap=0.05, smooth=0.5)).validate()
 
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["partition"], ["launch"]], ids=["top", "train", "partition", "launch"])
@@ -156,16 +155,28 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth"}
     path = tmp_path / "sweep.json"
-    path.write_text(json.dumps([{"predictor": "cache", "sync_interval": 3}, {"model": "sage"}]))
+    path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()
     runs = load_sweep(str(path), base)
-    assert [r.sni.predictor for r in runs] == ["cache", "gated"]
+    assert [r.sni.predictor for r in runs] == ["gated", "cache"]
     assert [r.model.model for r in runs] == ["gcn", "sage"]
     assert runs[0].sni.sync_interval == 3 and runs[1].sni.sync_interval == 1
     assert runs[1].cluster.workers == 3 and runs[1].output.metrics.endswith("run001.json")
     path.write_text(json.dumps([{"workers": 4}]))
     with pytest.raises(ValueError, match="which a sweep cannot change"):
         load_sweep(str(path), base)
+
+
+def test_train_smooths_stale_rows_unless_told_otherwise_and_the_switch_never_does():
+    parse = lambda *argv: from_args(_train_parser().parse_args(list(argv))).sni  # noqa: E731
+    assert parse().smooth is None and parse().smoothing == 0.75
+    assert parse("--smooth", "0").smoothing == 0.0 and parse("--smooth", "0.5").smoothing == 0.5
+    assert parse("--sync-policy", "pipeline").smoothing == 0.0  # no agent: nothing to smooth
+    assert parse("--sync-policy", "adaptive").smoothing == 0.75
+    with pytest.raises(ValueError, match="--smooth does not combine with --sync-policy pipeline"):
+        parse("--sync-policy", "pipeline", "--smooth", "0.5")
+    assert parse().predictor == "cache"
+    assert SNIConfig().smoothing == 0.0 and SNIConfig().predictor == "gated"  # the stock-script switch's
 
 
 def test_partition_builds_its_data_flags_from_the_data_part():

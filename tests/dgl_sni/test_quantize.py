@@ -1,8 +1,11 @@
 """Low-bit halo rows: widths, error bounds, unbiased rounding, repeatability, the push handler."""
+import numpy as np
 import pytest
 import torch
 
-from dgl_sni.halo.quantize import (BITS, decode, encode, packed_width, quantized_accumulate_handler,
+import quantize_ref
+from dgl_sni import _ops
+from dgl_sni.halo.quantize import (BITS, _dither_for, decode, encode, packed_width, quantized_accumulate_handler,
                                    row_seed)
 
 
@@ -39,14 +42,41 @@ def test_constant_rows_and_empty_input_are_exact():
     assert encode(torch.zeros((0, 16)), 4, _gen()).shape == (0, packed_width(16, 4))
 
 
-def test_push_handler_decodes_and_adds_in_float64():
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("dim", [16, 7, 1, 256])
+def test_the_compiled_codec_equals_the_torch_reference_to_the_bit(bits, dim):
+    x = torch.randn(300, dim) * torch.logspace(-8, 3, 300)[:, None]
+    x[7] = 0.0  # a constant row: scale 0
+    x[8, :] = 3.25
+    packed = encode(x, bits, _gen(5))
+    assert torch.equal(packed, quantize_ref.encode(x, bits, _dither_for(x.numel(), _gen(5))))
+    assert torch.equal(decode(packed, dim, bits), quantize_ref.decode(packed, dim, bits))
+
+
+@pytest.mark.parametrize("bits", BITS)
+def test_push_handler_decodes_and_adds_in_float64(bits):
     store = {"g": torch.zeros((5, 16), dtype=torch.float64)}
     x = torch.randn(2, 16)
-    packed = encode(x, 8, _gen())
+    packed = encode(x, bits, _gen())
     quantized_accumulate_handler(store, "g", torch.tensor([1, 3]), packed)
     quantized_accumulate_handler(store, "g", torch.tensor([1, 3]), packed)
-    expect = decode(packed, 16, 8, dtype=torch.float64)
-    assert torch.equal(store["g"][[1, 3]], 2 * expect) and store["g"][[0, 2, 4]].abs().sum() == 0
+    expect = quantize_ref.decode(packed, 16, bits, dtype=torch.float64)
+    assert torch.equal(store["g"][[1, 3]], expect + expect) and store["g"][[0, 2, 4]].abs().sum() == 0
+
+
+def test_the_codec_names_a_bad_input():
+    x = np.zeros((4, 16), np.float32)
+    with pytest.raises(ValueError, match="do not hold 4 rows of 16 values at 8 bits"):
+        _ops.encode_rows_into(x, np.zeros(64, np.float32), np.zeros((4, 16), np.uint8), 8)
+    with pytest.raises(ValueError, match="need 64 uniforms"):
+        _ops.encode_rows_into(x, np.zeros(10, np.float32), np.zeros((4, 24), np.uint8), 8)
+    with pytest.raises(TypeError, match="rows must be float32"):
+        _ops.encode_rows_into(x.astype(np.float64), np.zeros(64, np.float32), np.zeros((4, 24), np.uint8), 8)
+    with pytest.raises(IndexError, match=r"offsets must lie in \[0, 5\)"):
+        _ops.accumulate_rows_into(np.zeros((1, 24), np.uint8), np.array([5]), np.zeros((5, 16)), 8)
+    with pytest.raises(TypeError, match="contiguous float64 shard"):
+        quantized_accumulate_handler({"g": torch.zeros((5, 16))}, "g", torch.tensor([1]),
+                                     encode(torch.randn(1, 16), 8, _gen()))
 
 
 def test_a_bad_bit_width_is_refused():

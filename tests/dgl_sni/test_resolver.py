@@ -251,3 +251,16 @@ def test_smoothing_serves_the_average_of_the_synced_rows():
             other.close()
     finally:
         agent.close()
+
+
+def test_smoothing_moves_only_the_averages_of_rows_pulled_again():
+    """The adaptive policy pulls single rows on stale steps: their averages move, the others stay."""
+    res, _ = _resolver(None, predictor="cache", smooth=0.5, sync_policy="adaptive")
+    first = np.arange(N * D, dtype=np.float32).reshape(N, D)
+    np.testing.assert_array_equal(res._smoothed(first), first)
+    rows = np.array([1, 4])
+    moved = res._smoothed(np.full((2, D), 100.0, np.float32), rows)
+    np.testing.assert_allclose(moved, 0.5 * first[rows] + 50.0)
+    kept = np.setdiff1d(np.arange(N), rows)
+    np.testing.assert_array_equal(res._average[kept], first[kept])
+

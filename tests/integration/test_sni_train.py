@@ -40,6 +40,20 @@ def test_stale_gradients_are_exchanged_by_default(tmp_path, small_graph_npz):
 
 
 @needs_netns
+def test_stale_epochs_can_reuse_the_last_sync_gradients_without_traffic(tmp_path, small_graph_npz):
+    runs = {}
+    for grad in ("skip", "last"):
+        (tmp_path / grad).mkdir()
+        runs[grad], _ = _train(tmp_path / grad, small_graph_npz, "--predictor", "cache", "--stale-grad", grad,
+                               "--dropout", 0)
+    skip, last = runs["skip"], runs["last"]
+    assert all(e["bytes_sent"] == 0 and e["bytes_recv"] == 0 for e in last if e["mode"] == "stale")
+    first = next(i for i, e in enumerate(last) if e["mode"] == "stale")
+    assert [e["loss"] for e in last[: first + 1]] == [e["loss"] for e in skip[: first + 1]]
+    assert last[first + 1]["loss"] != skip[first + 1]["loss"]  # the reused gradients moved the weights
+
+
+@needs_netns
 @pytest.mark.parametrize("bound, expect_pull", [(1e9, False), (1e-9, True)])
 def test_adaptive_policy_pulls_only_drifting_rows(tmp_path, small_graph_npz, bound, expect_pull):
     epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--sync-policy", "adaptive",

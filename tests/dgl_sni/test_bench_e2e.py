@@ -1,0 +1,39 @@
+"""The end-to-end benchmark's judging: time to target, speed-ups and the figures over seeds."""
+import os
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import bench_e2e  # noqa: E402
+
+
+def _run(name, epoch_s, val, test, interval=1):
+    curve = [dict(epoch=i, mode="sync", train_time_s=(i + 1) * epoch_s, loss=1.0, val_acc=v, test_acc=test)
+             for i, v in enumerate(val)]
+    breakdown = {"sync": dict(time_s=epoch_s, comp_s=epoch_s / 2, comm_s=epoch_s / 2, bytes=8e6)}
+    return dict(name=name, config=dict(sync_interval=interval), epoch_s=epoch_s, breakdown=breakdown,
+                best_val_acc=max(val), final_test_acc=test, curve=curve)
+
+
+def _seed(stale_val, stale_test):
+    runs = [_run("interval1", 1.0, [0.5, 0.8, 0.9], 0.88), _run("stale", 0.5, stale_val, stale_test, 5)]
+    return dict(bench_e2e.compare(runs, "1gbit", 4), runs=runs)
+
+
+def test_time_to_target_is_judged_against_the_same_seeds_interval_1():
+    judged = _seed([0.5, 0.89, 0.9], 0.87)
+    base, stale = judged["runs"]
+    assert judged["target_val_acc"] == 0.9 - 0.01 and judged["interval1_time_to_target_s"] == 3.0
+    assert stale["time_to_target_s"] == 1.0 and stale["time_to_target_speedup"] == 3.0
+    assert stale["epoch_speedup"] == 2.0 and abs(stale["final_test_delta"] + 0.01) < 1e-12
+
+
+def test_over_seeds_reports_the_worst_seed_and_counts_a_miss_as_zero():
+    summary = bench_e2e.over_seeds({0: _seed([0.5, 0.89, 0.9], 0.87), 1: _seed([0.5, 0.6, 0.7], 0.80),
+                                    2: _seed([0.89, 0.9, 0.9], 0.90)})
+    stale = summary["stale"]
+    assert stale["seeds"] == 3 and stale["time_to_target_speedup_min"] == 0.0  # seed 1 never got there
+    assert stale["time_to_target_speedup_median"] == 3.0
+    assert abs(stale["final_test_delta_min"] + 0.08) < 1e-12
+    assert abs(stale["final_test_delta_mean"] - (-0.01 - 0.08 + 0.02) / 3) < 1e-12
