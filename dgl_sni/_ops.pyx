@@ -24,6 +24,13 @@ def _c_array(a, dtype, what):
         raise ValueError(f"{what} must be C-contiguous")
 
 
+def _matrix(a, dtype, what):
+    """Refuse what :func:`_c_array` refuses, and an array that is not 2-d with a column."""
+    _c_array(a, dtype, what)
+    if a.ndim != 2 or a.shape[1] < 1:
+        raise ValueError(f"{what} must be 2-d with at least one column, got shape {a.shape}")
+
+
 def _check_codec(packed, n, d, int bits):
     """Refuse a bit width or an encoded block that does not fit ``n`` rows of ``d`` values."""
     if bits not in (4, 8):
@@ -35,11 +42,9 @@ def _check_codec(packed, n, d, int bits):
 def encode_rows_into(x, dither, out, int bits):
     """Encode float32 rows ``x [n, d]`` into ``out`` (uint8 ``[n, packed width]``) with the
     uniforms ``dither`` (float32, ``n * d``); see csrc/row_codec.hpp."""
-    _c_array(x, np.float32, "rows")
+    _matrix(x, np.float32, "rows")
     _c_array(dither, np.float32, "dither")
     _c_array(out, np.uint8, "out")
-    if x.ndim != 2 or x.shape[1] < 1:
-        raise ValueError(f"rows must be 2-d with at least one column, got shape {x.shape}")
     cdef int64_t n = x.shape[0], d = x.shape[1]
     _check_codec(out, n, d, bits)
     if dither.size < n * d:
@@ -54,9 +59,7 @@ def encode_rows_into(x, dither, out, int bits):
 def decode_rows_into(packed, out, int bits):
     """Decode ``packed`` (uint8 ``[n, packed width]``) into float32 ``out [n, d]``."""
     _c_array(packed, np.uint8, "encoded rows")
-    _c_array(out, np.float32, "out")
-    if out.ndim != 2 or out.shape[1] < 1:
-        raise ValueError(f"out must be 2-d with at least one column, got shape {out.shape}")
+    _matrix(out, np.float32, "out")
     cdef int64_t n = out.shape[0], d = out.shape[1]
     _check_codec(packed, n, d, bits)
     cdef int64_t width = packed.shape[1]
@@ -71,9 +74,7 @@ def accumulate_rows_into(packed, offsets, target, int bits):
     ``offsets``: int64, each in range)."""
     _c_array(packed, np.uint8, "encoded rows")
     _c_array(offsets, np.int64, "offsets")
-    _c_array(target, np.float64, "target")
-    if target.ndim != 2 or target.shape[1] < 1:
-        raise ValueError(f"target must be 2-d with at least one column, got shape {target.shape}")
+    _matrix(target, np.float64, "target")
     cdef int64_t n = offsets.shape[0], d = target.shape[1]
     _check_codec(packed, n, d, bits)
     if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
