@@ -33,6 +33,7 @@ from storage_tier.block import MODELS_WITH_SELF_LOOPS
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
+from .halo import id_sets
 from .halo.exchange import KVHaloExchange
 from .halo.tensors import LayerTensors
 from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
@@ -271,6 +272,7 @@ def run_trainer(ns) -> None:
 
 def main(argv=None) -> int:
     ns = _parse(argv if argv is not None else sys.argv[1:])
+    id_sets.register_services()  # servers answer the halo exchange's registered-set requests
     if os.environ.get("DGL_ROLE", "client") == "server":
         try:
             _check_server_port(ns.ip_config)

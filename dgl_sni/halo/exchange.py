@@ -40,6 +40,7 @@ from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightD
 from . import async_pull
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin
+from .id_sets import HaloIdSet
 from .tensors import LayerTensors
 
 
@@ -69,11 +70,9 @@ class KVHaloExchange:
         local = policy.to_local(owned_gids.to(torch.int64))
         contiguous = bool(torch.equal(local, torch.arange(local.numel(), dtype=local.dtype)))
         self._owned_local = None if contiguous else local
-        owners = policy.to_partid(self.halo_gids) if self.halo_gids.numel() else torch.empty(0, dtype=torch.int64)
-        self.owner_machines = torch.unique(owners).tolist()
-        # one representative row per remote owner, pulled after pushes to flush them
-        self._flush_ids = torch.stack([self.halo_gids[owners == m][0] for m in self.owner_machines]) \
-            if self.owner_machines else torch.empty(0, dtype=torch.int64)
+        # exact steps pull and push every halo row: their owners know them by a registered set
+        self.halo_set = HaloIdSet(next(iter(tensors.emb.values())).kvstore_key, policy, self.halo_gids) \
+            if tensors.emb else None
         self.tensors = tensors
         self.emb, self.grad = tensors.emb, tensors.grad
         if pipeline_from is not None and not tensors.pipeline:
@@ -163,8 +162,8 @@ class KVHaloExchange:
                 self.counters.bytes_recv += rows.numel() * rows.element_size()
                 self._last_rows[layer] = self._decode(layer, rows)
             self._in_flight.clear()
-            if self._grad_pending and self._flush_ids.numel():
-                self.grad[1][self._flush_ids]  # ordered after the last step's pushes on each owner
+            if self._grad_pending:
+                self.halo_set.flush()  # the owners applied the last step's pushes
             self._grad_pending = False
 
     def _decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
@@ -245,13 +244,18 @@ class KVHaloExchange:
             return shard[: self.num_owned]
         return shard[self._owned_local]
 
-    def pull_rows(self, tensor: DistTensor, ids: torch.Tensor) -> torch.Tensor:
-        """Pull rows of any DistTensor, counting payload bytes and time."""
+    def pull_rows(self, tensor: DistTensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Pull rows ``ids`` of a layer tensor (None: every halo row, by the registered set),
+        counting payload bytes and time."""
         with self.counters.timing("comm_s"):
-            rows = tensor[ids]
+            rows = self._halo_rows(tensor) if ids is None else tensor[ids]
         self.counters.bytes_recv += rows.numel() * rows.element_size()
-        self.counters.add("pulled_rows", int(ids.numel()))
+        self.counters.add("pulled_rows", int(rows.shape[0]))
         return rows
+
+    def _halo_rows(self, tensor: DistTensor) -> torch.Tensor:
+        """Every halo row of ``tensor``, in block row order (no ids on the wire)."""
+        return self.halo_set.pull(tensor.kvstore_key, tensor.local_partition)
 
     def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor:
         """Publish owned rows of layer ``layer``'s input where they are needed and return
@@ -275,9 +279,8 @@ class KVHaloExchange:
         if self.mode == "pipelined":
             return self._pipelined_backward(layer, grad_halo)
         self._push(layer, grad_halo)
-        if self.halo_gids.numel():
-            with self.counters.timing("comm_s"):
-                self.grad[layer][self._flush_ids]  # ordered after the pushes on each owner
+        with self.counters.timing("comm_s"):
+            self.halo_set.flush()  # the owners applied the pushes
         self.collective.barrier()
         received = self._take_received(self.grad[layer])
         if self.pipeline_from is not None and self.training:
@@ -305,7 +308,7 @@ class KVHaloExchange:
         if self.quantize:
             grad_halo = encode(grad_halo, self.quantize, self._coder(layer, 1))
         with self.counters.timing("comm_s"):
-            self.kv.push(self.grad[layer].kvstore_key, self.halo_gids, grad_halo)
+            self.halo_set.push(self.grad[layer].kvstore_key, grad_halo)
         self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
         self.counters.add("pushed_rows", int(self.halo_gids.numel()))
 
@@ -342,13 +345,13 @@ class _LayerSource:
         if ids is None:
             if ex.halo_gids.numel() == 0:
                 return np.zeros((0, ex.dims[self.layer - 1]), dtype=np.float32)
-            return self._rows(ex.pull_rows(tensor, ex.halo_gids))
+            return self._rows(ex.pull_rows(tensor))
         return self._rows(ex.pull_rows(tensor, torch.from_numpy(ids)))
 
     def peek(self) -> np.ndarray:
         ex = self.exchange
         with ex.counters.timing("comm_s"):
-            true = self._rows(ex.emb[self.layer][ex.halo_gids])
+            true = self._rows(ex._halo_rows(ex.emb[self.layer]))
         ex.counters.add("measure_bytes", true.nbytes)  # not training traffic
         return true
 
