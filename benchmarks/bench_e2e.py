@@ -91,9 +91,11 @@ def summarize_run(metrics: dict, name: str) -> dict:
             breakdown[mode] = dict(epochs=len(sel), **{k: _median([e.get(k, 0.0) for e in sel]) for k in keys},
                                    bytes=_median([e["bytes_sent"] + e["bytes_recv"] for e in sel]))
     best = max(range(len(epochs)), key=lambda i: (epochs[i].get("val_acc") or -1, -i))
-    return dict(name=name, config={k: metrics["config"].get(k) for k in (
-                    "sync_interval", "predictor", "sampling_ratio", "warmup", "stale_grad", "sync_policy",
-                                    "transfer", "bandwidth", "workers", "seed", "quantize", "smooth")},
+    config = {k: metrics["config"].get(k) for k in (
+        "sync_interval", "predictor", "sampling_ratio", "warmup", "stale_grad", "sync_policy",
+        "transfer", "bandwidth", "workers", "seed", "quantize", "smooth")}
+    config.update(metrics.get("in_effect", {}))  # what an unset default meant in this run
+    return dict(name=name, config=config,
                 epochs=len(epochs), train_time_s=t,
                 epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
                 bytes_per_epoch=_median([e["bytes_sent"] + e["bytes_recv"] for e in measured]),

@@ -123,7 +123,7 @@ class WorkerSession:
                           heads=m.heads).hidden_dims()
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         pipelined = cfg.pipelined and collective.world_size > 1
-        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.quantize_bits, pipelined)
         sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
@@ -177,7 +177,8 @@ class WorkerSession:
         if resumed_from is not None:
             summary["resumed_from"] = resumed_from  # epochs 0..resumed_from ran before (its checkpoint)
         if cfg.output.metrics:
-            write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta)
+            write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
+                          in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing))
         return summary
 
     def _resume(self, trainer, cfg) -> int:

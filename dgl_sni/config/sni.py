@@ -14,6 +14,8 @@ STALE_GRAD = ("exchange", "skip", "last")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
+QUANTIZE_BITS = (0, 4, 8)
+TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
 
 
 def cache_budget(value, remote_bytes: int) -> int:
@@ -80,8 +82,11 @@ class SNIConfig:
                                      sweep=True)
     transfer: bool = option(True, "gated: do not offer rows moved by the drift of the worker's own rows",
                             sweep=True)
-    quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
-                              "rounded with a per-row scale (0: float32, exact)", choices=(0, 4, 8), sweep=True)
+    quantize: int | None = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
+                                     "rounded with a per-row scale (0: float32, exact). dgl-sni train's default: "
+                                     f"{TRAIN_QUANTIZE} where epochs can be stale (a sync interval above 1 or the "
+                                     "adaptive policy), not with the storage tier; 0 otherwise",
+                                  choices=QUANTIZE_BITS, sweep=True)
     smooth: float | None = option(0.0, "the agent keeps each halo row as an exponential average over sync "
                                        "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
                                        "epochs then serve rows that do not carry the one dropout draw the "
@@ -139,6 +144,8 @@ class SNIConfig:
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
             (self.smooth is None or 0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (self.quantize is None or self.quantize in QUANTIZE_BITS,
+             f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
             (not self.smooth or self.sync_policy != "pipeline",
              "--smooth does not combine with --sync-policy pipeline (it has no agent, whose rows are smoothed)"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),

@@ -15,7 +15,7 @@ from .data import DataConfig
 from .flags import add_part_arguments, part_argv, part_values
 from .model import ModelConfig
 from .output import OutputConfig, resume_point
-from .sni import SNIConfig
+from .sni import TRAIN_QUANTIZE, SNIConfig
 from .tier import TierConfig
 
 
@@ -23,8 +23,9 @@ def _train_sni() -> SNIConfig:
     # dgl-sni train is exact (syncs every epoch) unless told otherwise; its stale epochs serve
     # the agent's cache of smoothed rows (smooth None: SNIConfig.smoothing), chosen over the
     # gated predictor by the paired-seed runs in the README ("Stale defaults, chosen over
-    # seeds"); the stock-script switch (DGL_SNI=1) keeps SNIConfig's own defaults
-    return SNIConfig(sync_interval=1, smooth=None, predictor="cache")
+    # seeds"), and a stale run's rows and gradients travel in 8 bits (quantize None:
+    # TrainConfig.quantize_bits); the stock-script switch (DGL_SNI=1) keeps SNIConfig's own defaults
+    return SNIConfig(sync_interval=1, smooth=None, predictor="cache", quantize=None)
 
 
 @dataclass
@@ -53,6 +54,16 @@ class TrainConfig:
         if sni.sync_policy == "pipeline":
             return False  # every step exchanges (one step late): nothing for an agent to serve
         return sni.predictor != "none" and (sni.sync_interval > 1 or sni.sync_policy == "adaptive")
+
+    @property
+    def quantize_bits(self) -> int:
+        """Bits per halo value on the wire: ``quantize``, or where it is unset (``None``, the
+        default) 8 when epochs can be stale (the run is approximate already; 8 bits cost no
+        accuracy in the paired-seed runs) and the halo rows are in memory, else 0 (float32:
+        an exact run stays exact)."""
+        if self.sni.quantize is not None:
+            return self.sni.quantize
+        return TRAIN_QUANTIZE if self.sni_active and not self.tier.storage_tier else 0
 
     @property
     def pipelined(self) -> bool:

@@ -17,7 +17,7 @@ gets again the gradient the others sent it at the last sync (``"last"``: no traf
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
-step: a layer's pull is sent and left on the wire (:mod:`dgl_sni.halo.async_pull`),
+step: a layer's pull is sent and left on the wire (:meth:`~dgl_sni.halo.id_sets.HaloIdSet.send_pull`),
 pushes are not flushed, and both complete at the end of the step (:meth:`complete_step`),
 so the rows travel while the trainer computes the layers above, the backward pass and the
 optimiser step. Steps alternate between two sets of tensors (:meth:`LayerTensors.for_step`), so no
@@ -31,13 +31,11 @@ import torch
 
 import dgl_sni  # noqa: F401
 from dgl.distributed import DistTensor
-from dgl.distributed.kvstore import get_kvstore
 
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
-from . import async_pull
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin
 from .id_sets import HaloIdSet
@@ -62,7 +60,6 @@ class KVHaloExchange:
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
                  edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None):
         self.graph, self.collective, self.counters = graph, collective, counters
-        self.kv = get_kvstore()
         self.num_owned = int(owned_gids.numel())
         self.halo_gids = halo_gids.to(torch.int64)
         policy = graph.get_node_partition_policy("_N")
@@ -89,6 +86,7 @@ class KVHaloExchange:
         self._last_training_step = None
         self.tier_backed = tensors.tier_root is not None
         self.quantize, self.seed, self.dims = tensors.quantize, seed, tensors.dims
+        self.bits = self.quantize  # of this step's rows: evaluation moves float32 rows (exact)
         if self.quantize and self.tier_backed:
             raise ValueError("quantized halo rows cannot be tier-backed")
         self.cfg, self.agent = cfg, agent
@@ -128,6 +126,9 @@ class KVHaloExchange:
         self.step, self.training = step, training
         self.complete_step()
         self.emb, self.grad = self.tensors.for_step(step if training else step + 1)
+        self.bits = self.quantize if training else 0
+        if not training and self.quantize:
+            self.emb = self.tensors.eval_emb
         if self.pipeline_from is not None:
             ready = training and step >= self.pipeline_from and self._last_training_step == step - 1
             self.mode = "pipelined" if ready else "sync"
@@ -168,8 +169,8 @@ class KVHaloExchange:
 
     def _decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
         """Pulled rows of ``layer`` as float32 (decoded where they travel quantized)."""
-        if self.quantize:
-            return decode(pulled, self.dims[layer - 1], self.quantize).numpy()
+        if self.bits:
+            return decode(pulled, self.dims[layer - 1], self.bits).numpy()
         return pulled.numpy()
 
     def resume_at(self, step: int) -> None:
@@ -223,12 +224,12 @@ class KVHaloExchange:
         if self.tier_backed:  # the tier wrote them already; make sure they reached storage
             rows.sync()
             return
-        if self.quantize and not isinstance(rows, torch.Tensor):
+        if self.bits and not isinstance(rows, torch.Tensor):
             raise ValueError("quantized halo rows need the owned rows in memory (not the storage tier)")
         if isinstance(rows, torch.Tensor):
             rows = rows.detach()
-            if self.quantize:
-                rows = encode(rows, self.quantize, self._coder(layer, 0))
+            if self.bits:
+                rows = encode(rows, self.bits, self._coder(layer, 0))
             if self._owned_local is None:
                 shard[: self.num_owned] = rows
             else:
@@ -370,8 +371,8 @@ class _PipelinedSource(_LayerSource):
             raise ValueError("a pipelined step pulls every halo row of its layer")
         if ex.halo_gids.numel():
             with ex.counters.timing("comm_s"):
-                ex._in_flight[self.layer] = async_pull.send_pull(
-                    ex.kv, ex.emb[self.layer].kvstore_key, ex.halo_gids)
+                tensor = ex.emb[self.layer]
+                ex._in_flight[self.layer] = ex.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition)
             ex.counters.add("pulled_rows", int(ex.halo_gids.numel()))
         return ex._last_rows[self.layer]
 

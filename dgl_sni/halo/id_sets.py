@@ -14,6 +14,14 @@ the same shared-memory shards, but a set lives in the server that registered it)
 handles one client's requests in the order sent, so a :class:`FlushSetRequest` answered by
 every owner orders this trainer's pushes before anything the trainer does next.
 
+A pull is split in two: :meth:`HaloIdSet.send_pull` sends its requests and returns a
+:class:`PendingPull`, whose :meth:`~PendingPull.wait` receives the answers (matched by
+message sequence number, so several pulls may be in flight and complete in any order).
+Pipelined steps leave a pull on the wire while the trainer computes; :meth:`HaloIdSet.pull`
+waits at once. Precondition (the caller's to keep): while a pull is pending, no other code
+of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush); a
+message that belongs to no pending pull raises.
+
 These are DGL RPC services (:func:`register_services`: every process of a job, servers
 before their loop starts). Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
 """
@@ -30,6 +38,8 @@ PUSH_SET = 906213
 FLUSH_SET = 906214
 
 _SETS: dict = {}  # server side: (trainer rank, key) -> (partition policy, shard offsets of the rows)
+_arrived: dict = {}  # trainer side: msg_seq -> SetRowsResponse received while waiting for another pull
+_pending: dict = {}  # trainer side: msg_seq -> the PendingPull it belongs to
 
 
 def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
@@ -170,19 +180,27 @@ class HaloIdSet:
             rpc.send_request(server, RegisterSetRequest(name, self.rank, key, ids[pos]))
         self._answers(len(self.parts))
 
-    def _answers(self, count: int) -> list:
-        return [rpc.recv_response() for _ in range(count)]
+    @staticmethod
+    def _answers(count: int) -> None:
+        """Receive ``count`` acknowledgements (nothing else may be in flight)."""
+        for _ in range(count):
+            rpc.recv_response()
 
     def pull(self, name: str, template: torch.Tensor) -> torch.Tensor:
         """Every member row of tensor ``name`` (rows shaped and typed like ``template``'s)."""
+        return self.send_pull(name, template).wait()
+
+    def send_pull(self, name: str, template: torch.Tensor) -> PendingPull:
+        """Send the requests of :meth:`pull`; the rows arrive at :meth:`PendingPull.wait`."""
         rows = torch.empty((self.size,) + tuple(template.shape[1:]), dtype=template.dtype)
-        order = {}
-        for index, (server, where) in enumerate(self.parts):
+        parts = []
+        for server, where in self.parts:
             rpc.send_request(server, PullSetRequest(name, self.rank, self.key))
-            order[rpc.get_msg_seq() - 1] = index  # the request took the number before it
-        for (_, where), answer in zip(self.parts, rpc.recv_responses(order)):
-            rows[where] = answer.rows
-        return rows
+            parts.append((rpc.get_msg_seq() - 1, where))  # the request took the number before it
+        pull = PendingPull(rows, parts)
+        for seq, _ in parts:
+            _pending[seq] = pull
+        return pull
 
     def push(self, name: str, data: torch.Tensor) -> None:
         """Send one row of ``data`` per member to its owner's push handler (not flushed)."""
@@ -196,3 +214,33 @@ class HaloIdSet:
         for server, _ in self.parts:
             rpc.send_request(server, FlushSetRequest())
         self._answers(len(self.parts))
+
+
+class PendingPull:
+    """The rows of one set pull, requested and on their way (see :meth:`HaloIdSet.send_pull`)."""
+
+    def __init__(self, rows: torch.Tensor, parts: list):
+        self._rows = rows  # the answer being assembled, in member order
+        self._parts = parts  # (msg_seq, positions) per owner
+
+    def wait(self) -> torch.Tensor:
+        """Receive this pull's answers (blocking) and return its rows."""
+        while self._parts:
+            seq, where = self._parts[0]
+            response = _arrived.pop(seq, None)
+            if response is None:
+                _receive_one()
+                continue
+            self._rows[where] = response.rows
+            self._parts.pop(0)
+        return self._rows
+
+
+def _receive_one() -> None:
+    msg = rpc.recv_rpc_message(0)
+    if msg is None or msg.msg_seq not in _pending:
+        seq = None if msg is None else msg.msg_seq
+        raise RuntimeError(f"a DGL message (sequence {seq}) arrived that belongs to no pending pull: "
+                           "something else received from DGL while pulls were in flight")
+    _pending.pop(msg.msg_seq)
+    _arrived[msg.msg_seq] = rpc.deserialize_from_payload(SetRowsResponse, msg.data, msg.tensors)

@@ -35,7 +35,8 @@ class LayerTensors:
     by the tier: servers answer pulls from the owners' tier files
     (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. With ``quantize``
     (bits) the embedding tensors hold encoded rows and gradients are pushed encoded
-    (:mod:`dgl_sni.halo.quantize`). With ``pipeline`` there are two sets, ``emb``/``grad``
+    (:mod:`dgl_sni.halo.quantize`); evaluation, which is exact, moves float32 rows through a
+    set of its own (``eval_emb``). With ``pipeline`` there are two sets, ``emb``/``grad``
     for even steps and ``emb_odd``/``grad_odd`` for odd ones (:meth:`for_step`). Made by the
     worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
@@ -49,6 +50,7 @@ class LayerTensors:
         self.tier_root, self.quantize, self.pipeline = tier_root, quantize, pipeline
         self.emb, self.grad = self._make(graph, name, tier_root, quantize)
         self.emb_odd, self.grad_odd = self._make(graph, f"{name}_p", None, quantize) if pipeline else (None, None)
+        self.eval_emb = self._make(graph, f"{name}_e", None, 0, grad=False)[0] if quantize else self.emb
 
     def for_step(self, step: int) -> tuple:
         """(embedding, gradient) tensors of ``step``: one set, or the set of its parity."""
@@ -56,12 +58,12 @@ class LayerTensors:
             return self.emb_odd, self.grad_odd
         return self.emb, self.grad
 
-    def _make(self, graph, name: str, tier_root: str | None, quantize: int) -> tuple:
+    def _make(self, graph, name: str, tier_root: str | None, quantize: int, grad: bool = True) -> tuple:
         policy = graph.get_node_partition_policy("_N")
         n = graph.num_nodes()
         kv = get_kvstore()
         dims = self.dims
-        emb, grad = {}, {}
+        emb, grads = {}, {}
         for layer, dim in enumerate(dims, start=1):
             if quantize:  # rows travel encoded (dgl_sni.halo.quantize)
                 emb[layer] = DistTensor((n, packed_width(dim, quantize)), torch.uint8,
@@ -74,9 +76,11 @@ class LayerTensors:
                 emb[layer] = DistTensor((n, dim), torch.float32, name=f"{name}_h{layer}",
                                         part_policy=policy, init_func=lazy_zeros)
                 kv.register_pull_handler(emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
+            if not grad:
+                continue
             # float64 on the owner: a row's contributions from several workers arrive in any
             # order, and summed in float32 their sum would depend on it
-            grad[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}", part_policy=policy)
-            kv.register_push_handler(grad[layer].kvstore_key,
+            grads[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}", part_policy=policy)
+            kv.register_push_handler(grads[layer].kvstore_key,
                                      quantized_accumulate_handler if quantize else accumulate_push_handler)
-        return emb, grad
+        return emb, grads

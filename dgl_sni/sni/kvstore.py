@@ -510,6 +510,10 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
         raise ValueError(f"smooth={cfg.smooth}: smoothing the synced rows is a dgl-sni train setting; the "
                          f"stock-script switch serves the synced rows as they are (set smooth to 0)")
     cfg.smooth = 0.0  # unset (None) means dgl-sni train's default; here it is off
+    if cfg.quantize:
+        raise ValueError(f"quantize={cfg.quantize}: quantized halo rows are a dgl-sni train setting; the "
+                         f"stock-script switch moves a script's rows as DGL does (set quantize to 0)")
+    cfg.quantize = 0
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")

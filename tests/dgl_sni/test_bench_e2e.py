@@ -37,3 +37,16 @@ def test_over_seeds_reports_the_worst_seed_and_counts_a_miss_as_zero():
     assert stale["time_to_target_speedup_median"] == 3.0
     assert abs(stale["final_test_delta_min"] + 0.08) < 1e-12
     assert abs(stale["final_test_delta_mean"] - (-0.01 - 0.08 + 0.02) / 3) < 1e-12
+
+
+def test_a_run_is_judged_by_the_settings_in_effect_not_the_unset_flags():
+    epochs = [dict(epoch=i, mode="sync" if i % 5 == 0 else "stale", time_s=0.5, comp_s=0.2, comm_s=0.2,
+                   sync_s=0.0, bytes_sent=1, bytes_recv=1, loss=1.0, val_acc=0.5, test_acc=0.5) for i in range(30)]
+    metrics = dict(config=dict(sync_interval=5, quantize=None, smooth=None, warmup=0), epochs=epochs,
+                   in_effect=dict(quantize=8, smooth=0.75))
+    run = bench_e2e.summarize_run(metrics, "defaults")
+    assert run["config"]["quantize"] == 8 and run["config"]["smooth"] == 0.75
+    base = _run("interval1", 1.0, [0.5, 0.8, 0.9], 0.88)
+    bench_e2e.compare([base, run], "1gbit", 4)
+    floor = 0.5 + 0.5 / (5 * 4)  # interval 1's compute plus its communication over interval x compression
+    assert abs(run["epoch_over_floor"] - 0.5 / floor) < 1e-12

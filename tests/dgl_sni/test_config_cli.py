@@ -179,6 +179,21 @@ def test_train_smooths_stale_rows_unless_told_otherwise_and_the_switch_never_doe
     assert SNIConfig().smoothing == 0.0 and SNIConfig().predictor == "gated"  # the stock-script switch's
 
 
+def test_stale_train_runs_travel_in_8_bits_unless_told_otherwise_and_exact_ones_never_do():
+    parse = lambda *argv: from_args(_train_parser().parse_args(list(argv)))  # noqa: E731
+    assert parse().sni.quantize is None and parse().quantize_bits == 0  # interval 1: exact
+    assert parse("--sync-interval", "5").quantize_bits == 8
+    assert parse("--sync-policy", "adaptive").quantize_bits == 8  # stale epochs at interval 1
+    assert parse("--sync-interval", "5", "--quantize", "0").quantize_bits == 0
+    assert parse("--sync-interval", "5", "--quantize", "4").quantize_bits == 4
+    assert parse("--sync-interval", "5", "--predictor", "none").quantize_bits == 0  # never stale
+    assert parse("--sync-policy", "pipeline").quantize_bits == 0  # not measured: opt-in
+    assert parse("--sync-interval", "5", "--storage-tier", "/t").quantize_bits == 0  # rows in files
+    with pytest.raises(ValueError, match="--quantize must be one of 0, 4, 8 bits, got 6"):
+        SNIConfig(quantize=6).validate()
+    assert SNIConfig().quantize == 0  # the stock-script switch's
+
+
 def test_partition_builds_its_data_flags_from_the_data_part():
     from dgl_sni.cli import build_parser
     from dgl_sni.config import part_from_args

@@ -73,7 +73,8 @@ def test_exact_with_keyed_dropout(tmp_path, small_graph_npz, model):
 @pytest.mark.parametrize("extra", [
     ("--sync-interval", 1, "--predictor", "gated"),
     # the SNI exchange and its agent process active, every epoch inside warm-up: still exact
-    ("--sync-interval", 5, "--warmup", 100, "--predictor", "gated", "--agent", "process"),
+    # (in float32: a stale run's default is 8-bit rows)
+    ("--sync-interval", 5, "--warmup", 100, "--predictor", "gated", "--agent", "process", "--quantize", 0),
 ])
 def test_prediction_machinery_keeps_exactness(tmp_path, small_graph_npz, extra):
     compare(tmp_path, small_graph_npz, "gcn", 3, 2, epochs=4, extra=extra)

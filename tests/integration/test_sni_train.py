@@ -102,7 +102,8 @@ def test_gated_drift_transfer_serves_rows_closer_than_without_it(tmp_path, small
 def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph_npz, stale_eval):
     """The accuracy reported at a stale epoch is that of the model (a single-process forward
     with the weights checkpointed at that epoch), unless --stale-eval asks for the rows
-    served to training."""
+    served to training. Training moves 8-bit rows here (a stale run's default); evaluation
+    moves float32 ones."""
     import torch
 
     from dgl_sni.config import ModelConfig
@@ -114,7 +115,11 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph
     run_cli("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", 8,
             "--warmup", 2, "--sync-interval", 4, "--predictor", "cache", "--dropout", 0, "--lr", 0.05,
             "--checkpoint-dir", ckpt, "--quiet", "--metrics", out, *(("--stale-eval",) if stale_eval else ()))
-    epochs = read_metrics(out)["epochs"]
+    metrics = read_metrics(out)
+    epochs = metrics["epochs"]
+    assert metrics["config"]["quantize"] is None and metrics["in_effect"]["quantize"] == 8  # a stale run's default
+    synced = [e for e in epochs[1:] if e["mode"] == "sync"]  # epoch 0 also pulls the input features
+    assert synced and all(e["bytes_recv"] == e["pulled_rows"] * 24 for e in synced)  # 16 codes + offset, scale
     data = load_npz(small_graph_npz)
     ref = FullGraphTrainer(ModelConfig(model="gcn", layers=3, hidden=16, dropout=0.0), whole_graph_view(data, "gcn"),
                            data.feat_dim, data.num_classes)
