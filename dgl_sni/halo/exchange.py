@@ -36,9 +36,9 @@ from storage_tier.protocols import Owned
 
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
+from .id_sets import HaloIdSet
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin
-from .id_sets import HaloIdSet
 from .tensors import LayerTensors
 
 
@@ -306,8 +306,8 @@ class KVHaloExchange:
         if not self.halo_gids.numel():
             return
         grad_halo = grad_halo.contiguous()
-        if self.quantize:
-            grad_halo = encode(grad_halo, self.quantize, self._coder(layer, 1))
+        if self.bits:
+            grad_halo = encode(grad_halo, self.bits, self._coder(layer, 1))
         with self.counters.timing("comm_s"):
             self.halo_set.push(self.grad[layer].kvstore_key, grad_halo)
         self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
