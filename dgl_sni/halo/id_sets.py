@@ -3,8 +3,8 @@
 A trainer pulls the same halo rows, and pushes gradients to the same rows, at every exact
 step. DGL's ``KVClient.pull``/``push`` send the 8-byte id of every row each time: at a
 hidden width of 16 that is 11% of a float32 row's bytes on the wire, and 25% of an 8-bit
-row's. :class:`HaloIdSet` sends each owner the shard offsets of its rows once
-(:class:`RegisterSetRequest`); afterwards a pull (:class:`PullSetRequest`) or push
+row's. :class:`HaloIdSet` sends each owner the ids of its rows once
+(:class:`RegisterSetRequest`; the server keeps their shard offsets); afterwards a pull (:class:`PullSetRequest`) or push
 (:class:`PushSetRequest`) names the set, and the owner's server reads or updates those
 rows with the tensor's own pull or push handler (so tier-backed and quantized tensors
 behave as with DGL's requests).
@@ -32,7 +32,7 @@ import torch
 import dgl_sni  # noqa: F401  (DGL shims first)
 from dgl.distributed import rpc
 
-REGISTER_SET = 906211  # DGL's own services use 9012xx, the write notices 9062 0x
+REGISTER_SET = 906211  # DGL's own services use 9012xx, the write notices 90620x
 PULL_SET = 906212
 PUSH_SET = 906213
 FLUSH_SET = 906214
