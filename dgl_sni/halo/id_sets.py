@@ -4,10 +4,10 @@ A trainer pulls the same halo rows, and pushes gradients to the same rows, at ev
 step. DGL's ``KVClient.pull``/``push`` send the 8-byte id of every row each time: at a
 hidden width of 16 that is 11% of a float32 row's bytes on the wire, and 25% of an 8-bit
 row's. :class:`HaloIdSet` sends each owner the ids of its rows once
-(:class:`RegisterSetRequest`; the server keeps their shard offsets); afterwards a pull (:class:`PullSetRequest`) or push
-(:class:`PushSetRequest`) names the set, and the owner's server reads or updates those
-rows with the tensor's own pull or push handler (so tier-backed and quantized tensors
-behave as with DGL's requests).
+(:class:`RegisterSetRequest`; the server keeps their shard offsets); afterwards a pull
+(:class:`PullSetRequest`) or push (:class:`PushSetRequest`) names the set, and the
+owner's server reads or updates those rows with the tensor's own pull or push handler
+(so tier-backed and quantized tensors behave as with DGL's requests).
 
 Each trainer talks to one fixed server per owning machine (every server of a machine sees
 the same shared-memory shards, but a set lives in the server that registered it). A server
@@ -87,7 +87,8 @@ class PullSetRequest(rpc.Request):
 
     def process_request(self, server_state):
         kv = server_state.kv_store
-        return SetRowsResponse(kv.pull_handlers[self.name](kv.data_store, self.name, _offsets(kv, self.name, self.rank, self.key)))
+        offsets = _offsets(kv, self.name, self.rank, self.key)
+        return SetRowsResponse(kv.pull_handlers[self.name](kv.data_store, self.name, offsets))
 
 
 class PushSetRequest(rpc.Request):
