@@ -9,11 +9,13 @@ STAMP := $(VENV)/.installed
 # Debian packages the agent's tests use: the aarch64 cross compiler and qemu-user (the static
 # aarch64 sni-agent under emulation), clang + libFuzzer runtime (the protocol fuzz target).
 AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev
+# tcmalloc, which dgl-sni train preloads into its servers and trainers (dgl_sni/allocator.py)
+RUNTIME_DEBS := libtcmalloc-minimal4
 AGENT_SOURCES := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*)
 AGENT_AARCH64 := dpu_agent/bin/sni-agent-aarch64
 AGENT_CXXFLAGS := -O3 -std=c++17 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -Wno-unused-parameter
 
-.PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps
+.PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps runtime-deps
 
 $(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx dpu_agent/csrc/* dpu_agent/csrc/agent/* storage_tier/*.pyx storage_tier/csrc/*)
 	$(PYTHON) -m venv $(VENV)
@@ -21,13 +23,13 @@ $(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(wildcar
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
 	touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) runtime-deps
 
-demo: $(STAMP)
+demo: install
 	$(VENV)/bin/dgl-sni train --dataset synthetic --workers 2 --model gcn --layers 3 --hidden 16 \
 		--epochs 100 --metrics demo-metrics.json
 
-test: $(STAMP) agent-test-deps
+test: install agent-test-deps
 	$(PY) -m pytest -q
 
 # the x86 agent (setup.py builds it too): dpu_agent/bin/sni-agent
@@ -41,15 +43,20 @@ $(AGENT_AARCH64): $(AGENT_SOURCES)
 	mkdir -p dpu_agent/bin
 	aarch64-linux-gnu-g++ $(AGENT_CXXFLAGS) -static -o $@ dpu_agent/csrc/agent/main.cpp -ldl
 
-# install the Debian packages above when missing and running as root (else the tests that
-# need them fail saying what to install)
-agent-test-deps:
-	@missing=""; for p in $(AGENT_TEST_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+# $(call debs,PACKAGES,WHAT): install the Debian packages that are missing when running as root
+# (else say which are missing: the tests that need them fail saying what to install)
+debs = missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 			apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
-		else echo "agent tests need the Debian packages:$$missing (not root: the tests will fail saying so)"; fi; \
+		else echo "$(2) need the Debian packages:$$missing (not root: install them first)"; fi; \
 	fi
+
+agent-test-deps:
+	@$(call debs,$(AGENT_TEST_DEBS),the agent's tests)
+
+runtime-deps:
+	@$(call debs,$(RUNTIME_DEBS),fast epochs (tcmalloc; dgl-sni train falls back to the system malloc))
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

@@ -19,6 +19,8 @@ import sys
 import tempfile
 
 from .agent_cli import add_agent_parser
+from .allocator import TCMALLOC_PACKAGE, TCMALLOC_SONAME
+from .allocator import resolve as resolve_allocator
 from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
 from .config import (METHODS, ClusterConfig, DataConfig, add_part_arguments, add_train_arguments, from_args,
                      load_sweep, part_from_args)
@@ -122,6 +124,10 @@ def cmd_train(ns) -> int:
     cfg = from_args(ns)
     cl, out = cfg.cluster, cfg.output
     mode = _cluster_mode(cl.cluster, cl.workers)
+    allocator, preload = resolve_allocator(cl.allocator)
+    if allocator != "tcmalloc" and cl.allocator == "auto":
+        print(f"note: {TCMALLOC_SONAME} is not installed (Debian's {TCMALLOC_PACKAGE}): the workers use "
+              "the system malloc, which page-faults large tensors again every epoch", file=sys.stderr)
     data = _load(cfg.data)
     if cl.workers > data.num_nodes:
         raise DatasetError(f"--workers {cl.workers} exceeds the {data.num_nodes} nodes of the graph")
@@ -149,7 +155,7 @@ def cmd_train(ns) -> int:
         try:
             with LocalCluster(cl.workers, run_dir, mode=mode, bandwidth=cl.bandwidth,
                               port=cl.port, master_port=cl.master_port,
-                              omp_threads=cl.threads) as cluster:
+                              omp_threads=cl.threads, preload=preload) as cluster:
                 cluster.start_servers(worker, part_config)
                 cluster.start_trainers(worker, part_config)
                 cluster.wait(on_poll=tail.poll, timeout=cl.timeout)

@@ -26,6 +26,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
+from .allocator import preload_env
+
 SUBNET = "10.77.0"
 RATE_RE = re.compile(r"^\d+(\.\d+)?(bit|kbit|mbit|gbit|tbit|bps|kbps|mbps|gbps|tbps)$")
 NS_PREFIX = "sni"
@@ -147,7 +149,7 @@ class LocalCluster:
     def __init__(self, num_machines: int, run_dir: str, mode: str = "netns",
                  bandwidth: str | None = None, port: int = 30050, master_port: int = 29500,
                  omp_threads: int | None = None, trainers: int = 1, samplers: int = 0, servers: int = 1,
-                 cwd: str | None = None):
+                 cwd: str | None = None, preload: str | None = None):
         if num_machines < 1:
             raise ValueError(f"--workers must be at least 1, got {num_machines}")
         for value, flag in ((trainers, "--num_trainers"), (servers, "--num_servers")):
@@ -176,6 +178,7 @@ class LocalCluster:
         self.port, self.master_port = port, master_port
         self.run_dir = os.path.abspath(run_dir)
         self.run_id = os.getpid()
+        self.preload = preload  # a malloc library put into every process's LD_PRELOAD (dgl_sni.allocator)
         self.omp_threads = omp_threads or max(1, (os.cpu_count() or 1) // (num_machines * trainers))
         self.machines = [Machine(k, f"{SUBNET}.{k + 1}" if mode == "netns" else "127.0.0.1")
                          for k in range(num_machines)]
@@ -249,7 +252,7 @@ class LocalCluster:
 
     # ------------------------------------------------------------------ processes
     def _base_env(self, m: Machine, part_config: str) -> dict:
-        env = dict(os.environ)
+        env = preload_env(dict(os.environ), self.preload)
         tmp = os.path.join(self.run_dir, f"tmp{m.rank}")
         os.makedirs(tmp, exist_ok=True)
         env.update(

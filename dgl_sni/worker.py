@@ -30,6 +30,7 @@ from patches import kvstore_lazy_init
 
 from storage_tier.block import MODELS_WITH_SELF_LOOPS
 
+from .allocator import in_use as allocator_in_use
 from .cluster import ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
@@ -178,7 +179,8 @@ class WorkerSession:
             summary["resumed_from"] = resumed_from  # epochs 0..resumed_from ran before (its checkpoint)
         if cfg.output.metrics:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
-                          in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing))
+                          in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing,
+                                         allocator=allocator_in_use()))
         return summary
 
     def _resume(self, trainer, cfg) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
+from ..allocator import ALLOCATORS
 from ..cluster import validate_rate
 from .options import option
 
@@ -25,6 +26,9 @@ class ClusterConfig:
     port: int = option(30050, "DGL server port on every machine")
     master_port: int = option(29500, "torch.distributed store port on machine 0")
     threads: int | None = option(None, "OMP threads per trainer")
+    allocator: str = option("auto", "malloc of the servers and trainers: tcmalloc (keeps freed pages, so "
+                                    "epochs do not page-fault their tensors again), system; auto: tcmalloc "
+                                    "when installed", choices=ALLOCATORS)
     timeout: float | None = option(None, "give up after this many seconds")
     run_dir: str | None = option(None, "keep the run's files (partitions, ip_config, logs) here")
 
@@ -34,6 +38,7 @@ class ClusterConfig:
             (self.workers >= 1, f"--workers must be at least 1, got {self.workers}"),
             (self.partition in METHODS, f"--partition must be one of {', '.join(METHODS)}"),
             (self.cluster in CLUSTER_MODES, "--cluster must be auto, netns or loopback"),
+            (self.allocator in ALLOCATORS, f"--allocator must be one of {', '.join(ALLOCATORS)}"),
             (self.timeout is None or self.timeout > 0, "--timeout must be positive"),
             (self.threads is None or self.threads >= 1, "--threads must be at least 1"),
             (self.port != self.master_port,

@@ -21,7 +21,8 @@ OLD_KEYS = (
     "subparts quiet metrics checkpoint_dir checkpoint_every epoch_gate sweep").split()
 STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DGL_SNI_CONFIG only
 # settings added since the parts existed (issues 11 and 13; sync_loss_gap: the guarded policy)
-NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth"}
+NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
+            "allocator"}
 # settings the non-default config below leaves at their defaults, and why
 KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
         "agent_dir": "standalone socket agents need --agent process (the config sets inline)",
@@ -38,7 +39,7 @@ def _non_default() -> TrainConfig:
     return TrainConfig.from_dict(dict(
         dataset="cora", data_dir="/d", nodes=500, avg_degree=4.5, classes=3, feat_dim=7, data_seed=9,
         feature_norm="row", workers=3, partition="random", bandwidth="100mbit", cluster="loopback",
-        port=31000, master_port=31001, threads=2, timeout=60.5, run_dir="/r", model="gat", layers=3,
+        port=31000, master_port=31001, threads=2, allocator="system", timeout=60.5, run_dir="/r", model="gat", layers=3,
         hidden=8, heads=2, dropout=0.25, lr=0.005, weight_decay=0.0, seed=4, epochs=7, eval_every=2,
         sync_interval=4, sampling_ratio=0.3, warmup=5, predictor="holt", stale_grad="skip",
         sync_policy="adaptive", drift_bound=0.1, measure_staleness=True, transfer=False, agent="inline",
