@@ -83,7 +83,7 @@ def summarize_run(metrics: dict, name: str) -> dict:
     staled = cfg.get("sync_interval", 1) > 1 or cfg.get("sync_policy") == "pipeline"
     warmup = cfg.get("warmup") or 0 if staled else 0
     measured = epochs[max(SKIP, warmup):] or epochs  # steady state: after start-up and warm-up
-    keys = ("time_s", "comp_s", "comm_s", "sync_s", "predictor_s", "transfer_s", "agent_wait_s")
+    keys = ("time_s", "comp_s", "comm_s", "sync_s", "predictor_s", "transfer_s", "agent_wait_s", "cpu_s")
     breakdown = {}
     for mode in ("sync", "stale", "pipelined"):
         sel = [e for e in measured if e["mode"] == mode]
@@ -95,9 +95,14 @@ def summarize_run(metrics: dict, name: str) -> dict:
         "sync_interval", "predictor", "sampling_ratio", "warmup", "stale_grad", "sync_policy",
         "transfer", "bandwidth", "workers", "seed", "quantize", "smooth")}
     config.update(metrics.get("in_effect", {}))  # what an unset default meant in this run
+    cpu = [e["cpu_s"] for e in measured if e.get("cpu_s") is not None]
+    cores = os.cpu_count() or 1  # the emulated machines share this host's cores
     return dict(name=name, config=config,
                 epochs=len(epochs), train_time_s=t,
                 epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
+                # the trainers' CPU time per epoch (summed) over the host's cores: the epoch compute
+                # alone would take here if the cores never waited (servers and agents excluded)
+                cpu_floor_s=statistics.mean(cpu) / cores if cpu else None, host_cores=cores,
                 bytes_per_epoch=_median([e["bytes_sent"] + e["bytes_recv"] for e in measured]),
                 best_val_acc=epochs[best].get("val_acc"), best_epoch=best,
                 test_acc_at_best_val=epochs[best].get("test_acc"), final_test_acc=epochs[-1].get("test_acc"),
@@ -136,6 +141,9 @@ def compare(runs: list, link: str, workers: int) -> dict:
         if "pipelined" in r["breakdown"] and sync.get("comp_s") is not None:  # full overlap
             floor = max(sync["comp_s"], sync["comm_s"] / squeeze)
             r["epoch_over_floor"] = r["epoch_s"] / floor if floor else None
+        if r.get("cpu_floor_s"):
+            r["epoch_over_cpu_floor"] = r["epoch_s"] / r["cpu_floor_s"]
+            r["cpu_bound_speedup"] = base["epoch_s"] / r["cpu_floor_s"]  # the most this CPU work allows here
         sync_r = r["breakdown"].get("sync")
         if interval > 1 and sync_r and sync.get("time_s"):
             r["sync_epoch_over_interval1"] = sync_r["time_s"] / sync["time_s"]
@@ -201,13 +209,14 @@ def _print(graph, link, judged, runs, seed=None) -> None:
     print(f"  target val acc {judged['target_val_acc']:.4f}; exchange efficiency (interval 1) "
           f"{_fmt(judged.get('exchange_efficiency_interval1'), '.2f')}")
     print(f"  {'run':16s} {'ms/epoch':>9s} {'x epoch':>8s} {'to target s':>12s} {'x target':>9s} "
-          f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s}")
+          f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s} {'vs CPU':>7s} {'CPU cap':>8s}")
     for r in runs:
         print(f"  {r['name']:16s} {_fmt(r['epoch_s'] and r['epoch_s'] * 1e3, '.0f'):>9s} "
               f"{_fmt(r.get('epoch_speedup'), '.2f'):>8s} {_fmt(r.get('time_to_target_s'), '.1f'):>12s} "
               f"{_fmt(r.get('time_to_target_speedup'), '.2f'):>9s} {_fmt(r['best_val_acc'], '.4f'):>9s} "
               f"{_fmt(r['final_test_acc'], '.4f'):>10s} {_fmt(r.get('epoch_over_floor'), '.2f'):>9s} "
-              f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s}", flush=True)
+              f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s} {_fmt(r.get('epoch_over_cpu_floor'), '.2f'):>7s} "
+              f"{_fmt(r.get('cpu_bound_speedup'), '.2f'):>8s}", flush=True)
 
 
 def _print_seeds(summary: dict) -> None:

@@ -54,6 +54,7 @@ class Counters:
 
 
 SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_s", "transfer_s",
+          "cpu_s",  # the trainers' CPU time in the step: against the host's cores, what compute alone takes
           "agent_wait_s",  # summed like predictor_s: their ratio is the share of agent time not hidden
           # storage tier
           "storage_bytes", "storage_bytes_read", "storage_bytes_written", "storage_payload_read",

@@ -232,10 +232,12 @@ class WorkerSession:
 
     def _epoch(self, trainer, exchange, cfg, epoch: int, gate) -> dict:
         counters = self.counters
+        cpu = time.process_time()
         rec = trainer.train_epoch(epoch)
         start = time.perf_counter()  # what the step left running (pipelined rows, transfer scoring)
         trainer.exchange.complete_step()  # finishes now, charged to the step
         rec["time_s"] += time.perf_counter() - start
+        rec["cpu_s"] = time.process_time() - cpu  # every thread of this trainer process
         exchange.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
         evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:

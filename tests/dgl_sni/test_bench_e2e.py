@@ -50,3 +50,15 @@ def test_a_run_is_judged_by_the_settings_in_effect_not_the_unset_flags():
     bench_e2e.compare([base, run], "1gbit", 4)
     floor = 0.5 + 0.5 / (5 * 4)  # interval 1's compute plus its communication over interval x compression
     assert abs(run["epoch_over_floor"] - 0.5 / floor) < 1e-12
+
+
+def test_the_cpu_floor_is_the_trainers_cpu_time_over_the_hosts_cores():
+    epochs = [dict(epoch=i, mode="stale", time_s=0.5, comp_s=0.3, comm_s=0.1, sync_s=0.1, cpu_s=0.8,
+                   bytes_sent=1, bytes_recv=1, loss=1.0, val_acc=0.5, test_acc=0.5) for i in range(30)]
+    run = bench_e2e.summarize_run(dict(config=dict(sync_interval=5, warmup=0), epochs=epochs), "stale")
+    cores = os.cpu_count() or 1
+    assert run["host_cores"] == cores and abs(run["cpu_floor_s"] - 0.8 / cores) < 1e-12
+    assert run["breakdown"]["stale"]["cpu_s"] == 0.8
+    bench_e2e.compare([_run("interval1", 1.0, [0.5, 0.8, 0.9], 0.88), run], "1gbit", 4)
+    assert abs(run["epoch_over_cpu_floor"] - 0.5 / (0.8 / cores)) < 1e-12
+    assert abs(run["cpu_bound_speedup"] - 1.0 / (0.8 / cores)) < 1e-12

@@ -119,6 +119,7 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph
     epochs = metrics["epochs"]
     assert metrics["config"]["quantize"] is None and metrics["in_effect"]["quantize"] == 8  # a stale run's default
     assert metrics["in_effect"]["allocator"] == "tcmalloc"  # preloaded by default (libtcmalloc-minimal4 installed)
+    assert all(e["cpu_s"] > 0 and e["cpu_s"] == sum(w["cpu_s"] for w in e["workers"]) for e in epochs)
     synced = [e for e in epochs[1:] if e["mode"] == "sync"]  # epoch 0 also pulls the input features
     assert synced and all(e["bytes_recv"] == e["pulled_rows"] * 24 for e in synced)  # 16 codes + offset, scale
     data = load_npz(small_graph_npz)
