@@ -39,7 +39,8 @@ def _non_default() -> TrainConfig:
     return TrainConfig.from_dict(dict(
         dataset="cora", data_dir="/d", nodes=500, avg_degree=4.5, classes=3, feat_dim=7, data_seed=9,
         feature_norm="row", workers=3, partition="random", bandwidth="100mbit", cluster="loopback",
-        port=31000, master_port=31001, threads=2, allocator="system", timeout=60.5, run_dir="/r", model="gat", layers=3,
+        port=31000, master_port=31001, threads=2, allocator="system", timeout=60.5, run_dir="/r",
+        model="gat", layers=3,
         hidden=8, heads=2, dropout=0.25, lr=0.005, weight_decay=0.0, seed=4, epochs=7, eval_every=2,
         sync_interval=4, sampling_ratio=0.3, warmup=5, predictor="holt", stale_grad="skip",
         sync_policy="adaptive", drift_bound=0.1, measure_staleness=True, transfer=False, agent="inline",
