@@ -57,6 +57,7 @@ GRAPHS = {
 CONFIGS = [
     dict(name="interval1", sync_interval=1),
     dict(name="stale-default", sync_interval=5),
+    dict(name="interval2", sync_interval=2),  # the README's choice where remote neighbours are many
 ]
 PRESETS = {
     "quick": dict(graphs=["syn20k"], links=["unshaped", "1gbit"], workers=2, epochs=40),
