@@ -54,6 +54,20 @@ def test_the_compiled_codec_equals_the_torch_reference_to_the_bit(bits, dim):
 
 
 @pytest.mark.parametrize("bits", BITS)
+def test_an_encode_larger_than_the_dither_table_takes_one_window_per_table(monkeypatch, bits):
+    import dgl_sni.halo.quantize as quantize
+    monkeypatch.setattr(quantize, "_DITHER_SIZE", 64)  # 4 rows of 16 per window
+    x = torch.randn(50, 16)
+    packed = encode(x, bits, _gen(5))
+    gen, parts = _gen(5), []
+    for a in range(0, 50, 4):
+        rows = x[a:a + 4]
+        parts.append(quantize_ref.encode(rows, bits, _dither_for(rows.numel(), gen)))
+    assert torch.equal(packed, torch.cat(parts))
+    assert (decode(packed, 16, bits) - x).abs().max() <= (x.max(1).values - x.min(1).values).max() / (2 ** bits - 1)
+
+
+@pytest.mark.parametrize("bits", BITS)
 def test_push_handler_decodes_and_adds_in_float64(bits):
     store = {"g": torch.zeros((5, 16), dtype=torch.float64)}
     x = torch.randn(2, 16)
