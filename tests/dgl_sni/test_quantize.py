@@ -57,6 +57,7 @@ def test_the_compiled_codec_equals_the_torch_reference_to_the_bit(bits, dim):
 def test_an_encode_larger_than_the_dither_table_takes_one_window_per_table(monkeypatch, bits):
     import dgl_sni.halo.quantize as quantize
     monkeypatch.setattr(quantize, "_DITHER_SIZE", 64)  # 4 rows of 16 per window
+    monkeypatch.setattr(quantize, "_dither", torch.rand(64, generator=_gen(1)))  # a table of that size
     x = torch.randn(50, 16)
     packed = encode(x, bits, _gen(5))
     gen, parts = _gen(5), []
