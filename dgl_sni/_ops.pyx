@@ -1,5 +1,5 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec."""
+"""Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, narrow products."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
@@ -7,6 +7,10 @@ from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
 cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
     void keyed_dropout(const float* x, float* y, int64_t rows, int64_t cols,
                        const int64_t* keys, uint64_t seed, uint32_t threshold, float scale) nogil
+
+cdef extern from "csrc/narrow_matmul.hpp" namespace "sni":
+    void narrow_matmul(const float* x, int64_t n, int64_t k, const float* w, int64_t m, float* out) nogil
+    void narrow_outer(const float* x, int64_t n, int64_t k, const float* g, int64_t m, float* out) nogil
 
 cdef extern from "csrc/row_codec.hpp" namespace "sni":
     void encode_rows(const float* x, int64_t n, int64_t d, int bits, const float* dither,
@@ -114,3 +118,43 @@ def keyed_dropout_into(x, out, keys, uint64_t seed, double p):
         keyed_dropout(<const float*>cnp.PyArray_DATA(xa), <float*>cnp.PyArray_DATA(oa), rows, cols,
                       <const int64_t*>cnp.PyArray_DATA(ka), seed, threshold, scale)
     return out
+
+
+NARROW_MAX = 16  # the widest narrow side the product kernels take (csrc/narrow_matmul.hpp)
+
+
+def _narrow(a, what):
+    _matrix(a, np.float32, what)
+    if a.shape[1] > NARROW_MAX:
+        raise ValueError(f"{what} has {a.shape[1]} columns; the narrow products take at most {NARROW_MAX}")
+
+
+def _narrow_product(x, b, out, bint outer):
+    """``out = x @ b`` (``outer``: ``x.T @ b``) with ``b``'s columns, ``m``, at most 16."""
+    _matrix(x, np.float32, "x")
+    _narrow(b, "g" if outer else "w")
+    _narrow(out, "out")
+    cdef int64_t n = x.shape[0], k = x.shape[1], m = b.shape[1]
+    want_b, want_out = ((n, m), (k, m)) if outer else ((k, m), (n, m))
+    if b.shape != want_b or out.shape != want_out:
+        raise ValueError(f"shapes do not multiply: x {x.shape}{'.T' if outer else ''} @ {b.shape} -> out {out.shape}")
+    cdef cnp.ndarray xa = x, ba = b, oa = out
+    cdef const float* xp = <const float*>cnp.PyArray_DATA(xa)
+    cdef const float* bp = <const float*>cnp.PyArray_DATA(ba)
+    cdef float* op = <float*>cnp.PyArray_DATA(oa)
+    with nogil:
+        if outer:
+            narrow_outer(xp, n, k, bp, m, op)
+        else:
+            narrow_matmul(xp, n, k, bp, m, op)
+    return out
+
+
+def narrow_matmul_into(x, w, out):
+    """``out [n, m] = x [n, k] @ w [k, m]`` for ``m <= 16`` (float32, C-contiguous)."""
+    return _narrow_product(x, w, out, False)
+
+
+def narrow_outer_into(x, g, out):
+    """``out [k, m] = x [n, k].T @ g [n, m]`` for ``m <= 16`` (float32, C-contiguous)."""
+    return _narrow_product(x, g, out, True)

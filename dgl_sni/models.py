@@ -23,6 +23,7 @@ from storage_tier.protocols import HaloExchange, NoExchange
 
 from storage_tier.block import GraphBlock
 from .dropout import derive_seed, keyed_dropout
+from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
 
@@ -43,9 +44,9 @@ class GCNLayer(nn.Module):
     def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
         if self.weight.shape[0] > self.weight.shape[1]:
             # project first; scaling rows commutes with it and is cheaper on narrow rows
-            h = dops.copy_u_sum(block.graph, (h_src @ self.weight) * block.src_norm)
+            h = dops.copy_u_sum(block.graph, project(h_src, self.weight) * block.src_norm)
         else:
-            h = dops.copy_u_sum(block.graph, h_src * block.src_norm) @ self.weight
+            h = project(dops.copy_u_sum(block.graph, h_src * block.src_norm), self.weight)
         return h * block.dst_norm + self.bias
 
 

@@ -1,0 +1,95 @@
+"""Narrow projections: the kernels agree with float64 products, differentiate like ``h @ w``,
+keep each output row a function of its input row, and refuse what they cannot take."""
+import numpy as np
+import pytest
+import torch
+
+from dgl_sni import _ops
+from dgl_sni.projection import NARROW_MAX, project
+
+
+@pytest.fixture
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# rows not a multiple of the 32-row tile, depths not a multiple of 4, widths of 1..16
+SHAPES = [(1, 1, 1), (33, 5, 7), (100, 64, 16), (257, 16, 8), (70, 13, 12), (5, 1433, 16), (0, 4, 3)]
+
+
+@pytest.mark.parametrize("n,k,m", SHAPES)
+def test_kernels_equal_float64_products_to_float_rounding(n, k, m):
+    gen = torch.Generator().manual_seed(n * 1000 + k * 10 + m)
+    x, w, g = (torch.randn(*s, generator=gen) for s in ((n, k), (k, m), (n, m)))
+    out = _ops.narrow_matmul_into(x.numpy(), w.numpy(), np.empty((n, m), np.float32))
+    outer = _ops.narrow_outer_into(x.numpy(), g.numpy(), np.empty((k, m), np.float32))
+    ref, ref_outer = (x.double() @ w.double()).numpy(), (x.double().t() @ g.double()).numpy()
+    # float32 sums of k (n) terms: within a few ulps of the terms' magnitude
+    np.testing.assert_allclose(out, ref, rtol=0, atol=1e-5 * max(1.0, np.sqrt(k)) * 4)
+    np.testing.assert_allclose(outer, ref_outer, rtol=0, atol=1e-5 * max(1.0, np.sqrt(n)) * 4)
+    if n == 0:
+        assert not outer.any()  # no rows: a zero gradient, not garbage
+
+
+def test_an_output_row_depends_on_its_input_row_only(one_thread):
+    # the same row gives the same bits in a partition's block and in the whole graph's
+    gen = torch.Generator().manual_seed(0)
+    x, w = torch.randn(301, 64, generator=gen), torch.randn(64, 16, generator=gen)
+    whole = project(x, w)
+    assert torch.equal(whole[117:118], project(x[117:118].clone(), w))
+    assert torch.equal(whole[200:], project(x[200:].clone(), w))
+
+
+@pytest.mark.parametrize("k,m", [(64, 16), (16, 8), (16, 16), (7, 3)])
+def test_gradients_match_torch_matmul(one_thread, k, m):
+    gen = torch.Generator().manual_seed(k + m)
+    h = torch.randn(500, k, generator=gen)
+    w = torch.randn(k, m, generator=gen)
+    upstream = torch.randn(500, m, generator=gen)
+    grads = []
+    for fn in (project, torch.matmul):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        out = fn(hh, ww)
+        out.backward(upstream)
+        grads.append((out.detach(), hh.grad, ww.grad))
+    for ours, theirs in zip(*grads):
+        torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-4)
+
+
+def test_input_without_grad_gets_none_and_weight_grad_is_right(one_thread):
+    h = torch.randn(40, 64)
+    w = torch.randn(64, 16, requires_grad=True)
+    project(h, w).sum().backward()
+    torch.testing.assert_close(w.grad, h.t() @ torch.ones(40, 16), rtol=1e-5, atol=1e-4)
+
+
+def test_wide_weights_and_many_threads_take_torch():
+    h, wide = torch.randn(50, 8), torch.randn(8, NARROW_MAX + 1)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(project(h, wide), h @ wide)
+        assert project(h, torch.randn(8, 4, requires_grad=True)).grad_fn.name().endswith("_ProjectBackward")
+        torch.set_num_threads(2)
+        narrow = torch.randn(8, 4)
+        assert torch.equal(project(h, narrow), h @ narrow)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_bad_inputs_are_named():
+    x = np.zeros((4, 3), np.float32)
+    with pytest.raises(ValueError, match="at most 16"):
+        _ops.narrow_matmul_into(x, np.zeros((3, 17), np.float32), np.zeros((4, 17), np.float32))
+    with pytest.raises(ValueError, match="do not multiply"):
+        _ops.narrow_matmul_into(x, np.zeros((2, 4), np.float32), np.zeros((4, 4), np.float32))
+    with pytest.raises(ValueError, match="do not multiply"):
+        _ops.narrow_outer_into(x, np.zeros((5, 2), np.float32), np.zeros((3, 2), np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        _ops.narrow_matmul_into(x.astype(np.float64), np.zeros((3, 2), np.float32), np.zeros((4, 2), np.float32))
+    with pytest.raises(ValueError, match="C-contiguous"):
+        _ops.narrow_outer_into(np.zeros((3, 4), np.float32).T, np.zeros((4, 2), np.float32),
+                               np.zeros((3, 2), np.float32))
