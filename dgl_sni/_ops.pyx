@@ -137,7 +137,8 @@ def _narrow_product(x, b, out, bint outer):
     cdef int64_t n = x.shape[0], k = x.shape[1], m = b.shape[1]
     want_b, want_out = ((n, m), (k, m)) if outer else ((k, m), (n, m))
     if b.shape != want_b or out.shape != want_out:
-        raise ValueError(f"shapes do not multiply: x {x.shape}{'.T' if outer else ''} @ {b.shape} -> out {out.shape}")
+        x_name = "x.T" if outer else "x"
+        raise ValueError(f"shapes do not multiply: {x_name} {x.shape} @ {b.shape} -> out {out.shape}")
     cdef cnp.ndarray xa = x, ba = b, oa = out
     cdef const float* xp = <const float*>cnp.PyArray_DATA(xa)
     cdef const float* bp = <const float*>cnp.PyArray_DATA(ba)

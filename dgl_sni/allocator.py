@@ -3,8 +3,8 @@
 A full-graph epoch allocates the same large tensors every epoch (dropout outputs,
 aggregation outputs, gradients: tens of MB each). glibc's malloc serves allocations above
 32 MB with fresh ``mmap`` pages and returns them on free, so every epoch pays a page fault
-per 4 KiB of every such tensor. tcmalloc (gperftools, Debian's ``libtcmalloc-minimal4``) keeps freed pages
-for reuse, as Intel's PyTorch CPU tuning guide recommends. ``dgl-sni train`` preloads it
+per 4 KiB of every such tensor. tcmalloc (gperftools, Debian's ``libtcmalloc-minimal4``)
+keeps freed pages for reuse, as Intel's PyTorch CPU tuning guide recommends. ``dgl-sni train`` preloads it
 into its servers and trainers when it is installed (``--allocator auto``); the allocator
 changes no arithmetic, so every result is the same to the bit. Measured: the 2-worker
 benchmark's epoch with dropout 0.5 went from 184 to 145 ms, a 4-worker epoch at 1 Gbit/s from

@@ -27,14 +27,17 @@ def _narrow_ok(a: torch.Tensor, w: torch.Tensor) -> bool:
             and a.dim() == 2 and w.dim() == 2 and 1 <= w.shape[1] <= NARROW_MAX and a.device.type == "cpu")
 
 
-def _matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """``a @ w`` through the kernel where it applies."""
-    if not _narrow_ok(a, w):
-        return a @ w
+def _kernel_matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a @ w`` through the kernel (the caller checked :func:`_narrow_ok`)."""
     a, w = a.contiguous(), w.contiguous()
     out = torch.empty(a.shape[0], w.shape[1], dtype=torch.float32)
     _ops.narrow_matmul_into(a.numpy(), w.numpy(), out.numpy())
     return out
+
+
+def _matmul(a: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """``a @ w`` through the kernel where it applies."""
+    return _kernel_matmul(a, w) if _narrow_ok(a, w) else a @ w
 
 
 def _outer(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -53,7 +56,7 @@ class _Project(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, w):
         ctx.save_for_backward(h, w)
-        return _matmul(h, w)
+        return _kernel_matmul(h, w)  # project() checked the shapes
 
     @staticmethod
     def backward(ctx, grad):

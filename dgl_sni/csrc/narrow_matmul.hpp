@@ -108,7 +108,9 @@ __attribute__((always_inline)) inline void narrow_outer_v(const float* x, int64_
         const int64_t rows = n - r0 < kOuterTile ? n - r0 : kOuterTile;
         const float* gp = g + r0 * m;
         if (m != W) {  // pad the tile's rows so every load is whole
-            for (int64_t r = 0; r < rows; ++r) std::memcpy(tile.data() + r * W, g + (r0 + r) * m, sizeof(float) * m);
+            for (int64_t r = 0; r < rows; ++r) {
+                std::memcpy(tile.data() + r * W, g + (r0 + r) * m, sizeof(float) * m);
+            }
             gp = tile.data();
         }
         narrow_outer_tile<V>(x + r0 * k, rows, k, gp, acc.data());

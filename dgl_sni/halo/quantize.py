@@ -62,7 +62,8 @@ def encode(x: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Tens
     rows = max(1, _DITHER_SIZE // d)  # per window of the table: more values take more windows
     for a in range(0, n, rows):
         b = min(n, a + rows)
-        _ops.encode_rows_into(x[a:b].numpy(), _dither_for((b - a) * d, generator).numpy(), out[a:b].numpy(), bits)
+        dither = _dither_for((b - a) * d, generator)
+        _ops.encode_rows_into(x[a:b].numpy(), dither.numpy(), out[a:b].numpy(), bits)
     return out
 
 
