@@ -157,7 +157,7 @@ def cmd_train(ns) -> int:
                               port=cl.port, master_port=cl.master_port,
                               omp_threads=cl.threads, preload=preload) as cluster:
                 cluster.start_servers(worker, part_config)
-                cluster.start_trainers(worker, part_config)
+                cluster.start_trainers(worker, part_config, gate=True)
                 cluster.wait(on_poll=tail.poll, timeout=cl.timeout)
         finally:
             tail.close()

@@ -111,6 +111,28 @@ def cleanup_stale_namespaces() -> list:
     return removed
 
 
+SERVERS_READY_ENV = "DGL_SNI_SERVERS_READY"  # a file that exists once every DGL server listens
+
+
+def listening(pid: int, port: int) -> bool | None:
+    """Whether a socket in the network namespace of process ``pid`` listens on TCP ``port``
+    (``/proc/PID/net/tcp*``: no connection is made, so a DGL server's accept count is
+    untouched); ``None`` where that cannot be read (no ``/proc``, the process is gone)."""
+    readable = False
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/{pid}/net/{name}") as fh:
+                readable = True
+                next(fh, None)  # header
+                for line in fh:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        return True
+        except (OSError, ValueError):
+            continue
+    return False if readable else None
+
+
 @dataclass
 class Proc:
     """One process of the cluster and where its output goes."""
@@ -183,6 +205,7 @@ class LocalCluster:
         self.machines = [Machine(k, f"{SUBNET}.{k + 1}" if mode == "netns" else "127.0.0.1")
                          for k in range(num_machines)]
         self.ip_config = os.path.join(self.run_dir, "ip_config.txt")
+        self._servers_ready = None  # the gate file of start_trainers(gate=True)
         self._bridge_ns = f"{NS_PREFIX}{self.run_id}b"
         self._entered = False
 
@@ -304,9 +327,18 @@ class LocalCluster:
                 env.update(DGL_ROLE="server", DGL_SERVER_ID=str(sid), OMP_NUM_THREADS="1")
                 self._spawn(m, f"server {sid}", cmd, env, f"server{sid}.log")
 
-    def start_trainers(self, cmd: list, part_config: str, log: bool = True) -> None:
+    def start_trainers(self, cmd: list, part_config: str, log: bool = True, gate: bool = False) -> None:
         """``trainers`` trainers per machine with DGL's client variables and torch.distributed's env://
-        (ranks count machine by machine, as ``torch.distributed.run`` numbers them)."""
+        (ranks count machine by machine, as ``torch.distributed.run`` numbers them).
+
+        ``gate``: the trainers may wait, before they connect, until every server listens
+        (``$SERVERS_READY_ENV`` names a file :meth:`wait` creates then; ``dgl_sni.worker``
+        waits for it). DGL's client sleeps 3 s after each try to reach a server that does not
+        listen yet (in C++, ``SocketSender::ConnectReceiverFinalize``), and servers load
+        their partitions first: the gate lets trainers import and set up meanwhile and
+        connect at once."""
+        if gate:
+            self._servers_ready = os.path.join(self.run_dir, "servers-ready")
         for m in self.machines:
             for t in range(self.trainers):
                 rank = m.rank * self.trainers + t
@@ -317,6 +349,8 @@ class LocalCluster:
                     WORLD_SIZE=str(self.num_machines * self.trainers), LOCAL_WORLD_SIZE=str(self.trainers),
                     GROUP_RANK=str(m.rank), MASTER_ADDR=self.machines[0].ip, MASTER_PORT=str(self.master_port))
                 env["GLOO_SOCKET_IFNAME"] = "eth0" if self.mode == "netns" else "lo"
+                if gate:
+                    env[SERVERS_READY_ENV] = self._servers_ready
                 self._spawn(m, f"trainer {rank}", cmd, env, f"trainer{rank}.log" if log else None)
 
     def processes(self) -> list:
@@ -331,6 +365,7 @@ class LocalCluster:
         start = time.monotonic()
         trainers_done_at = None
         while True:
+            self._open_gate()
             if on_poll is not None:
                 on_poll()
             procs = self.processes()
@@ -350,6 +385,19 @@ class LocalCluster:
             if timeout is not None and time.monotonic() - start > timeout:
                 raise ClusterError(f"the run did not finish within --timeout {timeout:.0f} s")
             time.sleep(poll_s)
+
+    def _open_gate(self) -> None:
+        """Create the servers-ready file once every server listens (see :meth:`start_trainers`)."""
+        path = self._servers_ready
+        if path is None or os.path.exists(path):
+            return
+        servers = [p for p in self.processes() if p.name.startswith("server ")]
+        # server sid listens on the machine's port plus its index on the machine, as DGL numbers
+        # them; where it cannot be seen, the trainers go ahead (DGL's own retries then apply)
+        if all(listening(p.popen.pid, self.port + int(p.name.split()[1]) % self.servers) is not False
+               for p in servers):
+            with open(path, "w"):
+                pass
 
     @staticmethod
     def _failure_message(p: Proc, code: int, others=()) -> str:

@@ -22,6 +22,9 @@ library, torch and dgl, and take what they install from the caller.
   KVClient).
 * :mod:`~patches.kvclient_push` -- one KVClient instance's ``push`` is replaced (SNI's
   KVClient sees this machine's writes).
+* :mod:`~patches.rpc_waits` -- DGL's RPC client and server retry connecting after 0.05 s,
+  doubling, instead of fixed 1-3 s sleeps, and rank 0 lets its shut-down requests leave
+  before finalizing (``dgl_sni.worker``).
 * :mod:`~patches.dgl_import_hook` -- hooks around the first ``import dgl`` of a process
   (the start-up ``dgl_sni_startup.pth``: :func:`apply` before, ``import dgl_sni`` after),
   so scripts that never import ``dgl_sni`` work too.

@@ -185,3 +185,27 @@ def test_launch_checks_its_arguments(tmp_path):
     proc = run_cli("launch", "--workers", 2, "--part-config", tmp_path / "none.json", "--",
                    "python3", "x.py", check=False)
     assert proc.returncode == 2 and "does not exist" in proc.stderr
+
+
+def test_a_listening_port_is_seen_in_proc_without_connecting(tmp_path):
+    """The gate trainers of ``dgl-sni train`` wait for reads each server's listening socket from
+    ``/proc/PID/net/tcp``: a bound but not listening port, another port and a gone process do
+    not count (the last is unknowable: ``None``)."""
+    from dgl_sni.cluster import listening
+    from dgl_sni.worker import _wait_for_servers
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        assert listening(os.getpid(), port) is False  # bound only
+        sock.listen(1)
+        assert listening(os.getpid(), port) is True
+        assert listening(os.getpid(), port + 1 if port < 65535 else port - 1) is False
+    assert listening(os.getpid(), port) is False
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    assert listening(gone.pid, port) is None
+    ready = tmp_path / "servers-ready"
+    assert _wait_for_servers(str(ready), poll_s=0.01, limit_s=0.05) is False  # gives up, connects anyway
+    ready.write_text("")
+    assert _wait_for_servers(str(ready), limit_s=0.05) is True and _wait_for_servers(None) is True

@@ -30,7 +30,7 @@ def test_every_patch_has_install_uninstall_and_is_installed():
     import importlib
     assert set(PATCH_MODULES) == {"dgl_import_hook", "dist_tensor_class", "distgraph_init_hook",
                                   "graphbolt_optional", "initialize_hook", "kvclient_pull", "kvclient_push",
-                                  "kvstore_lazy_init", "partition_assignment"}
+                                  "kvstore_lazy_init", "partition_assignment", "rpc_waits"}
     doc = importlib.import_module("patches").__doc__
     for name in PATCH_MODULES:
         module = importlib.import_module(f"patches.{name}")
