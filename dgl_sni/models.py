@@ -8,8 +8,10 @@ distributed trainer (``exchange`` writes the owned rows and pulls the halo rows)
 """
 from __future__ import annotations
 
+import abc
 import threading
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -27,8 +29,30 @@ from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
 
+if TYPE_CHECKING:
+    from .halo.sums import HaloSplit, HaloSums
 
-class GCNLayer(nn.Module):
+
+class HaloLinear(abc.ABC):
+    """A layer whose output is linear in every halo row, so a stale step can feed it the
+    halo rows' sum instead of the rows (:mod:`dgl_sni.halo.sums`).
+
+    * ``halo_scale(block)``: the per-source-row factor a halo row is multiplied by before
+      it is summed into a destination (``None``: 1);
+    * ``forward_summed(split, h_own, halo_sum)``: the layer's output from its owned source
+      rows (aggregated over ``split.local``) and ``halo_sum``, the sum over the halo
+      in-edges of ``scale * h_u``. Equals ``forward`` over the whole block to float
+      rounding when ``halo_sum`` is the sum of the same rows.
+    """
+
+    @abc.abstractmethod
+    def halo_scale(self, block: GraphBlock) -> torch.Tensor | None: ...
+
+    @abc.abstractmethod
+    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor: ...
+
+
+class GCNLayer(nn.Module, HaloLinear):
     """Kipf & Welling convolution, ``D^-1/2 (A + I) D^-1/2 H W``, over global degrees."""
 
     def __init__(self, in_dim: int, out_dim: int):
@@ -48,6 +72,18 @@ class GCNLayer(nn.Module):
         else:
             h = project(dops.copy_u_sum(block.graph, h_src * block.src_norm), self.weight)
         return h * block.dst_norm + self.bias
+
+    def halo_scale(self, block: GraphBlock) -> torch.Tensor:
+        return block.src_norm
+
+    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
+        local = split.local
+        if self.weight.shape[0] > self.weight.shape[1]:
+            h = dops.copy_u_sum(local.graph, project(h_own, self.weight) * local.src_norm) \
+                + project(halo_sum, self.weight)
+        else:
+            h = project(dops.copy_u_sum(local.graph, h_own * local.src_norm) + halo_sum, self.weight)
+        return h * local.dst_norm + self.bias
 
 
 class _HeadAndAll(torch.autograd.Function):
@@ -78,7 +114,7 @@ class _HeadAndAll(torch.autograd.Function):
         return g_all, None
 
 
-class SAGELayer(nn.Module):
+class SAGELayer(nn.Module, HaloLinear):
     """GraphSAGE with mean aggregation: ``W_self h_v + W_neigh mean(h_u)``."""
 
     def __init__(self, in_dim: int, out_dim: int):
@@ -104,6 +140,17 @@ class SAGELayer(nn.Module):
         else:
             neigh = self.fc_neigh(dops.copy_u_mean(block.graph, h_src))
         return self.fc_self(h_dst) + neigh
+
+    def halo_scale(self, block: GraphBlock) -> None:
+        return None
+
+    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
+        graph, fc = split.local.graph, self.fc_neigh
+        if fc.in_features > fc.out_features:
+            neigh = (dops.copy_u_sum(graph, fc(h_own)) + fc(halo_sum)) / split.in_degree
+        else:
+            neigh = fc((dops.copy_u_sum(graph, h_own) + halo_sum) / split.in_degree)
+        return self.fc_self(h_own) + neigh
 
 
 class GATLayer(nn.Module):
@@ -210,6 +257,31 @@ class FullGraphGNN(nn.Module):
             h = layer(block, h, drop)
             if i < self.num_layers - 1:
                 h = F.elu(h) if self.model_name == "gat" else F.relu(h)
+        return h
+
+    @property
+    def sums_halo_rows(self) -> bool:
+        """Every layer is linear in its halo rows (GCN, SAGE): :meth:`forward_summed` applies."""
+        return all(isinstance(layer, HaloLinear) for layer in self.layers)
+
+    def forward_summed(self, split: "HaloSplit", halo: "HaloSums", step: int = 0,
+                       dropout_seed: int = 0) -> torch.Tensor:
+        """A training pass whose layers take the sum of their halo rows (a stale step, see
+        :mod:`dgl_sni.halo.sums`): the owned rows only, dropped as in :meth:`forward`, and
+        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``."""
+        if not self.sums_halo_rows:
+            raise ValueError(f"{self.model_name.upper()} is not linear in its halo rows: its stale steps "
+                             "cannot take summed halo rows (use --stale-halo rows)")
+        h = split.x_own
+        for i, layer in enumerate(self.layers):
+            scale = layer.halo_scale(split.halo)
+            halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
+            drop = self._dropper(step, i, dropout_seed)
+            if drop is not None:
+                h = drop(h, split.local.src_keys, "feat")
+            h = layer.forward_summed(split, h, halo_sum)
+            if i < self.num_layers - 1:
+                h = F.relu(h)
         return h
 
     def _dropper(self, step: int, layer: int, seed: int):

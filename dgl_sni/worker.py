@@ -26,12 +26,12 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
-from patches import kvstore_lazy_init
+from patches import kvstore_lazy_init, rpc_waits
 
 from storage_tier.block import MODELS_WITH_SELF_LOOPS
 
 from .allocator import in_use as allocator_in_use
-from .cluster import ClusterError, check_port_free
+from .cluster import SERVERS_READY_ENV, ClusterError, check_port_free
 from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo import id_sets
@@ -133,7 +133,8 @@ class WorkerSession:
             agent = sni.start_agent()
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
                                   sni, agent, edge_counts, seed=m.seed,
-                                  pipeline_from=cfg.sni.warmup if pipelined else None)
+                                  pipeline_from=cfg.sni.warmup if pipelined else None,
+                                  sum_stale=cfg.stale_sums)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -180,6 +181,7 @@ class WorkerSession:
         if cfg.output.metrics:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
                           in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing,
+                                         stale_halo="summed" if cfg.stale_sums else "rows",
                                          allocator=allocator_in_use()))
         return summary
 
@@ -275,9 +277,26 @@ def run_trainer(ns) -> None:
     session.collective.barrier()
 
 
+SERVERS_WAIT_S = 600.0  # at most this long for the launcher's gate; then DGL's own retries apply
+
+
+def _wait_for_servers(ready: str | None, poll_s: float = 0.02, limit_s: float = SERVERS_WAIT_S) -> bool:
+    """Under ``dgl-sni train``: wait until the launcher has seen every server listen (it creates
+    ``ready``; see ``LocalCluster.start_trainers``), so DGL's first try to connect succeeds.
+    Elsewhere (DGL's launch tool) nothing to wait for. The launcher stops the run if a server
+    dies; after ``limit_s`` the trainer connects anyway. Returns whether the gate opened."""
+    deadline = time.monotonic() + limit_s
+    while ready and not os.path.exists(ready):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(poll_s)
+    return True
+
+
 def main(argv=None) -> int:
     ns = _parse(argv if argv is not None else sys.argv[1:])
     id_sets.register_services()  # servers answer the halo exchange's registered-set requests
+    rpc_waits.install()  # servers and trainers start together: retry connecting at once
     if os.environ.get("DGL_ROLE", "client") == "server":
         try:
             _check_server_port(ns.ip_config)
@@ -289,6 +308,7 @@ def main(argv=None) -> int:
         return 0  # not reached: servers exit inside initialize
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     kvstore_lazy_init.install()
+    _wait_for_servers(os.environ.get(SERVERS_READY_ENV))
     dgl.distributed.initialize(ns.ip_config)
     try:
         run_trainer(ns)
@@ -297,7 +317,9 @@ def main(argv=None) -> int:
         sys.stderr.flush()
         os._exit(1)  # peers are blocked in collectives; do not wait on DGL's exit barrier
     dgl.distributed.exit_client()
-    return 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # everything is written and released; skip tearing down torch and DGL (1 s)
 
 
 if __name__ == "__main__":

@@ -53,3 +53,19 @@ def read_metrics(path):
 def leftover_namespaces():
     out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     return [ln.split()[0] for ln in out.splitlines() if ln.startswith("sni")]
+
+
+def train_sweep(out_dir, entries, *args, checkpoints=False, env=None):
+    """Train every entry of ``entries`` (dicts of sweepable settings) one after another on one
+    emulated cluster (``dgl-sni train ARGS --sweep``: one start-up, one partitioning).
+
+    Returns, per entry, its metrics and (with ``checkpoints``) its checkpoint folder. Runs of
+    a sweep are the runs one would get one at a time (each starts from its seed; the
+    exchange tensors are zeroed between runs)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sweep, metrics, ckpt = out_dir / "sweep.json", out_dir / "metrics", out_dir / "ckpt"
+    sweep.write_text(json.dumps(list(entries)))
+    run_cli("train", *args, "--quiet", "--sweep", sweep, "--metrics", metrics,
+            *(("--checkpoint-dir", ckpt) if checkpoints else ()), env=env)
+    return [(read_metrics(metrics / f"run{i:03d}.json"), ckpt / f"run{i:03d}" if checkpoints else None)
+            for i in range(len(entries))]

@@ -7,6 +7,7 @@ from typing import ClassVar
 from .options import option
 
 MODEL_NAMES = ("gcn", "sage", "gat")  # dgl_sni.models
+SUMMABLE_MODELS = ("gcn", "sage")  # layers linear in each halo row (dgl_sni.models.HaloLinear)
 
 
 @dataclass

@@ -13,6 +13,7 @@ PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip", "last")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
+STALE_HALO = ("summed", "rows")
 TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 QUANTIZE_BITS = (0, 4, 8)
 TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
@@ -93,6 +94,12 @@ class SNIConfig:
                                        "sync's update fitted); 0: the synced rows. dgl-sni train's default: "
                                        f"{TRAIN_SMOOTH} (not with --sync-policy pipeline, which has no agent)",
                                   sweep=True)
+    stale_halo: str | None = option("rows", "how a stale epoch's layers take the served halo rows: rows (as "
+                                            "fresh ones, input dropout included) or summed (each layer adds "
+                                            "the sum of its halo rows, kept until the served rows change, "
+                                            "without dropout on them: the mean of the exact epoch's). dgl-sni "
+                                            "train's default: summed for GCN and SAGE in memory, rows otherwise",
+                                    choices=STALE_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
@@ -144,6 +151,8 @@ class SNIConfig:
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
             (self.smooth is None or 0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (self.stale_halo is None or self.stale_halo in STALE_HALO,
+             f"--stale-halo must be one of {', '.join(STALE_HALO)}, got {self.stale_halo!r}"),
             (self.quantize is None or self.quantize in QUANTIZE_BITS,
              f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
             (not self.smooth or self.sync_policy != "pipeline",

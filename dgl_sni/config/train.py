@@ -13,19 +13,23 @@ from dataclasses import dataclass, field, fields, replace
 from .cluster import ClusterConfig
 from .data import DataConfig
 from .flags import add_part_arguments, part_argv, part_values
-from .model import ModelConfig
+from .model import SUMMABLE_MODELS, ModelConfig
 from .output import OutputConfig, resume_point
 from .sni import TRAIN_QUANTIZE, SNIConfig
 from .tier import TierConfig
 
 
 def _train_sni() -> SNIConfig:
-    # dgl-sni train is exact (syncs every epoch) unless told otherwise; its stale epochs serve
+    # dgl-sni train is exact (syncs every epoch) unless told otherwise. Its stale epochs serve
     # the agent's cache of smoothed rows (smooth None: SNIConfig.smoothing), chosen over the
     # gated predictor by the paired-seed runs in the README ("Stale defaults, chosen over
-    # seeds"), and a stale run's rows and gradients travel in 8 bits (quantize None:
-    # TrainConfig.quantize_bits); the stock-script switch (DGL_SNI=1) keeps SNIConfig's own defaults
-    return SNIConfig(sync_interval=1, smooth=None, predictor="cache", quantize=None)
+    # seeds"); sum them where the model allows it (stale_halo None: TrainConfig.stale_sums);
+    # push no halo gradient, owned rows getting the smoothed gradients of the syncs (stale_grad
+    # "last"), after a warm-up of 10 (both chosen over seeds: "Summed halo rows and smoothed
+    # sync gradients"); a stale run's rows and gradients travel in 8 bits (quantize None:
+    # TrainConfig.quantize_bits). The stock-script switch (DGL_SNI=1) keeps SNIConfig's defaults.
+    return SNIConfig(sync_interval=1, smooth=None, predictor="cache", quantize=None, stale_halo=None,
+                     stale_grad="last", warmup=10)
 
 
 @dataclass
@@ -66,6 +70,15 @@ class TrainConfig:
         return TRAIN_QUANTIZE if self.sni_active and not self.tier.storage_tier else 0
 
     @property
+    def stale_sums(self) -> bool:
+        """Stale epochs take summed halo rows (:mod:`dgl_sni.halo.sums`): ``stale_halo``, or
+        where it is unset (``None``, the default) wherever it applies: a model linear in its
+        halo rows (GCN, SAGE) trained in memory, in a run whose epochs can be stale."""
+        if self.sni.stale_halo is not None:
+            return self.sni.stale_halo == "summed" and self.sni_active
+        return self.sni_active and self.model.model in SUMMABLE_MODELS and not self.tier.storage_tier
+
+    @property
     def pipelined(self) -> bool:
         """Training steps after warm-up are pipelined (halo rows and gradients one step old)."""
         return self.sni.sync_policy == "pipeline"
@@ -77,6 +90,12 @@ class TrainConfig:
         if self.sni.quantize and self.tier.storage_tier:
             raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
                              "served from the owners' files as float32)")
+        if self.sni.stale_halo == "summed" and self.model.model not in SUMMABLE_MODELS:
+            raise ValueError(f"--stale-halo summed needs a model linear in its halo rows "
+                             f"({', '.join(SUMMABLE_MODELS)}); {self.model.model} is not (use --stale-halo rows)")
+        if self.sni.stale_halo == "summed" and self.tier.storage_tier:
+            raise ValueError("--stale-halo summed is not supported with --storage-tier (its layers read the "
+                             "halo rows unit by unit; use --stale-halo rows)")
         if self.output.resume is not None:
             resume_point(self.output.resume, self.model.epochs)  # before the cluster starts
         if self.pipelined and self.tier.storage_tier:

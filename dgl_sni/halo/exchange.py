@@ -13,7 +13,9 @@ in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloRes
 per hidden layer; this module only moves rows. Stale steps pull no embedding, so no
 barrier is needed before the layer; their halo gradients are still pushed
 (``stale_grad == "exchange"``), dropped (``"skip"``), or not sent while each owned row
-gets again the gradient the others sent it at the last sync (``"last"``: no traffic).
+gets the gradient the others sent it at the syncs, averaged over syncs with the rows'
+smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
+(:mod:`dgl_sni.halo.sums`) gets each layer's sum from :meth:`KVHaloExchange.halo_sum`.
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
@@ -38,14 +40,16 @@ from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
 from .id_sets import HaloIdSet
 from .quantize import decode, encode, row_seed
-from .resolver import HaloResolver, Origin
+from .resolver import HaloResolver, Origin, Resolved
+from .sums import HaloSplit
 from .tensors import LayerTensors
 
 
 class KVHaloExchange:
     """One trainer's halo exchange over the KVStore (implements
-    :class:`storage_tier.protocols.HaloExchange`); called by the model as ``exchange``
-    and by the storage tier's engine through ``forward_rows``/``backward_rows``.
+    :class:`storage_tier.protocols.HaloExchange` and :class:`~dgl_sni.halo.sums.HaloSums`);
+    called by the model as ``exchange`` (or ``halo_sum`` on the stale steps of a run that
+    sums halo rows) and by the storage tier's engine through ``forward_rows``/``backward_rows``.
 
     ``owned_gids``: global (DGL-reshuffled) ids of the trainer's owned nodes, in block
     row order; ``halo_gids``: ids of its halo nodes, in block row order after them.
@@ -54,11 +58,14 @@ class KVHaloExchange:
     :class:`~dgl_sni.config.SNIConfig`), ``agent`` and ``edge_counts`` (edges from each halo
     row into the partition), stale steps are served by the agent. With ``pipeline_from``
     (``tensors`` made with ``pipeline``), training steps from that one on are pipelined.
+    ``sum_stale``: stale training steps take summed halo rows (:mod:`dgl_sni.halo.sums`;
+    the trainer checks that its model allows it).
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
-                 edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None):
+                 edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None,
+                 sum_stale: bool = False):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.num_owned = int(owned_gids.numel())
         self.halo_gids = halo_gids.to(torch.int64)
@@ -90,6 +97,10 @@ class KVHaloExchange:
         if self.quantize and self.tier_backed:
             raise ValueError("quantized halo rows cannot be tier-backed")
         self.cfg, self.agent = cfg, agent
+        if sum_stale and cfg is None:
+            raise ValueError("summed halo rows are for stale steps: they need an active SNI configuration")
+        self.sum_stale = sum_stale
+        self._sums = {}  # layer -> (Resolved.version, scale, the halo rows' sum) of the last stale step
         if cfg is None:
             self.schedule = None
         elif cfg.sync_policy == "drift":  # the trainer hands it a meter (watch_weights)
@@ -258,8 +269,8 @@ class KVHaloExchange:
         """Every halo row of ``tensor``, in block row order (no ids on the wire)."""
         return self.halo_set.pull(tensor.kvstore_key, tensor.local_partition)
 
-    def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor:
-        """Publish owned rows of layer ``layer``'s input where they are needed and return
+    def _resolve(self, layer: int, owned: Owned) -> Resolved:
+        """Publish owned rows of layer ``layer``'s input where they are needed and resolve
         the halo rows (pulled, or served on stale steps: the resolver decides)."""
         resolver = self.resolvers[layer]
         own = owned.detach().numpy() if resolver.transfer is not None and self.training \
@@ -270,13 +281,45 @@ class KVHaloExchange:
                                     mode="sync" if pipelined else self.mode)
         if self.pipeline_from is not None and self.training and not pipelined:
             self._last_rows[layer] = resolved.rows  # the first pipelined step uses them
-        return torch.from_numpy(np.ascontiguousarray(resolved.rows))
+        return resolved
 
-    def backward_rows(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor:
-        """Send halo gradients to their owners; return the gradient others sent for owned rows."""
-        if self.mode == "stale" and self.cfg.stale_grad != "exchange":
+    def forward_rows(self, layer: int, owned: Owned) -> torch.Tensor:
+        """Publish owned rows of layer ``layer``'s input where they are needed and return
+        the halo rows (pulled, or served on stale steps: the resolver decides)."""
+        return torch.from_numpy(np.ascontiguousarray(self._resolve(layer, owned).rows))
+
+    # -------------------------------------------------------------- summed halo rows
+    def sums_halo(self) -> bool:
+        """The current step is a stale training step of a run that sums halo rows."""
+        return self.sum_stale and self.training and self.mode == "stale"
+
+    def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
+                 scale: torch.Tensor | None) -> torch.Tensor:
+        """The sum of layer ``layer``'s served halo rows (see :class:`~dgl_sni.halo.sums.HaloSums`);
+        recomputed only when the served rows changed (``Resolved.version``)."""
+        return _HaloSumFunction.apply(owned, self, layer, split, scale)
+
+    def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
+        resolved = self._resolve(layer, owned)
+        kept = self._sums.get(layer)
+        if kept is None or resolved.version is None or kept[0] != resolved.version or kept[1] is not scale:
+            total = split.sum_rows(torch.from_numpy(np.ascontiguousarray(resolved.rows)), scale)
+            kept = self._sums[layer] = (resolved.version, scale, total)
+            self.counters.add("summed_rows", int(resolved.rows.shape[0]))
+        return kept[2]
+
+    def pushes_halo_grad(self) -> bool:
+        """This step sends its halo gradients (not a stale step that skips or reuses them)."""
+        return not (self.mode == "stale" and self.cfg.stale_grad != "exchange")
+
+    def backward_rows(self, layer: int, grad_halo: torch.Tensor | None) -> torch.Tensor:
+        """Send halo gradients to their owners; return the gradient others sent for owned rows
+        (``grad_halo`` may be ``None`` where :meth:`pushes_halo_grad` says none is sent)."""
+        if not self.pushes_halo_grad():
             last = self._sync_grad.get(layer) if self.cfg.stale_grad == "last" else None
-            return last if last is not None else grad_halo.new_zeros((self.num_owned, grad_halo.shape[1]))
+            if last is not None:
+                return last.clone()  # autograd may add into what it is given; the kept one stays
+            return torch.zeros((self.num_owned, self.dims[layer - 1]))
         if self.mode == "pipelined":
             return self._pipelined_backward(layer, grad_halo)
         self._push(layer, grad_halo)
@@ -287,7 +330,9 @@ class KVHaloExchange:
         if self.pipeline_from is not None and self.training:
             self._last_grad[layer] = received  # the first pipelined step uses it
         if self.cfg is not None and self.cfg.stale_grad == "last":
-            self._sync_grad[layer] = received  # the stale steps until the next sync reuse it
+            # the stale steps until the next sync reuse it (smoothed over syncs as the rows are)
+            g, prev = self.cfg.smoothing, self._sync_grad.get(layer)
+            self._sync_grad[layer] = received if not g or prev is None else g * prev + (1.0 - g) * received
         return received
 
     def _take_received(self, grad_tensor: DistTensor) -> torch.Tensor:
@@ -392,3 +437,19 @@ class _ExchangeFunction(torch.autograd.Function):
         grad_owned = grad_src[: ex.num_owned]
         received = ex.backward_rows(ctx.layer, grad_src[ex.num_owned:])
         return grad_owned + received, None, None
+
+
+class _HaloSumFunction(torch.autograd.Function):
+    """Autograd node: ``sum = halo_sum(owned)``; backward pushes the halo rows' gradient
+    (``scale * A_halo^T dL/dsum``) and returns the gradient the others sent for ``owned``."""
+
+    @staticmethod
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split: HaloSplit, scale):
+        ctx.exchange, ctx.layer, ctx.split, ctx.scale = exchange, layer, split, scale
+        return exchange._summed(layer, owned, split, scale).clone()  # a new tensor per step
+
+    @staticmethod
+    def backward(ctx, grad_sum):
+        ex = ctx.exchange
+        grad_halo = ctx.split.rows_grad(grad_sum, ctx.scale) if ex.pushes_halo_grad() else None
+        return ex.backward_rows(ctx.layer, grad_halo), None, None, None, None

@@ -65,10 +65,17 @@ class Origin(enum.IntEnum):
 
 @dataclass
 class Resolved:
-    """A step's halo rows (``rows[i]`` for requested row ``i``) and their origins."""
+    """A step's halo rows (``rows[i]`` for requested row ``i``) and their origins.
+
+    ``version``: on a stale step whose every row is the agent's cache, the number of
+    syncs the cache has seen (rows with the same version are the same rows: a caller may
+    reuse what it computed from them, as :mod:`dgl_sni.halo.sums` does); ``None`` where
+    rows may differ from one step to the next.
+    """
 
     rows: np.ndarray
     origin: np.ndarray  # uint8, Origin codes
+    version: int | None = None
 
     def count(self, origin: Origin) -> int:
         return int((self.origin == origin).sum())
@@ -437,7 +444,8 @@ class HaloResolver:
             true = source.peek()
             table.measure(used, weight, true)
         self._count(origin, transfer=transfer_live, adaptive=adaptive)
-        return Resolved(used, origin)
+        cached = not transfer_live and not adaptive and not (weight > 0).any()
+        return Resolved(used, origin, version=table.observations if cached else None)
 
     def _adaptive_pull(self, step, training, source, used, origin):
         """Pull the rows whose predicted drift exceeds the bound; observe them."""

@@ -514,6 +514,10 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
         raise ValueError(f"quantize={cfg.quantize}: quantized halo rows are a dgl-sni train setting; the "
                          f"stock-script switch moves a script's rows as DGL does (set quantize to 0)")
     cfg.quantize = 0
+    if cfg.stale_halo == "summed":
+        raise ValueError("stale_halo=summed: summed halo rows are a dgl-sni train setting (its models' layers "
+                         "take them); the stock-script switch serves a script's rows (set stale_halo to rows)")
+    cfg.stale_halo = "rows"
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")

@@ -35,6 +35,7 @@ class HaloTable:
         self.sampled = importance_mask(edge_counts, self.ids, cfg.sampling_ratio)
         self.num_rows = int(self.ids.size)
         self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
+        self.observations = 0  # observe calls so far: the cache's rows change only there
         self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
         self._params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
         self._generation = agent.generation  # the agent generation that holds this table
@@ -87,6 +88,7 @@ class HaloTable:
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
+        self.observations += 1
         if row_ids is None:
             self.synced = rows.copy()
         elif self.synced is not None:

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..collective import LocalCollective
+from ..halo.sums import HaloSplit, HaloSums
 from ..metrics import Counters
 from ..models import FullGraphGNN, identity_exchange, init_model
 from .base import LocalView, ModelConfig, TrainerBase
@@ -29,6 +30,9 @@ class FullGraphTrainer(TrainerBase):
         self.cfg, self.view = cfg, view
         self.collective = collective or LocalCollective()
         self.exchange = exchange
+        # stale steps of a run that sums halo rows (dgl_sni.halo.sums) run on the block's split
+        self._sums = exchange if isinstance(exchange, HaloSums) else None
+        self._split: HaloSplit | None = None
         self.counters = counters or self.collective.counters
         self.model: FullGraphGNN = init_model(
             cfg.seed, cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers,
@@ -51,8 +55,14 @@ class FullGraphTrainer(TrainerBase):
         self.model.train()
         self.epoch_step = self.step
         mode = self._begin(self.step, training=True)
-        logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
-                            dropout_seed=self.cfg.seed)
+        if self._sums is not None and self._sums.sums_halo():
+            if self._split is None:
+                self._split = HaloSplit(self.view.block, self.view.x_src)
+            logits = self.model.forward_summed(self._split, self._sums, step=self.step,
+                                               dropout_seed=self.cfg.seed)
+        else:
+            logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
+                                dropout_seed=self.cfg.seed)
         mask = self.view.train_mask
         # Sum of per-node losses over the owned training nodes, divided by the *global*
         # number of training nodes: the workers' losses and gradients add up to the

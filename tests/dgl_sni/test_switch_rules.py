@@ -229,9 +229,11 @@ def test_notices_of_other_machines_writes_drop_what_is_held_here():
     assert named.role == "named" and named._dirty.tolist() == list(range(30))
 
 
-def test_the_switch_refuses_smoothing_and_quantizing_it_would_not_do():
+def test_the_switch_refuses_smoothing_quantizing_and_summing_it_would_not_do():
     from dgl_sni.sni.kvstore import enable
     with pytest.raises(ValueError, match="smooth=0.5: smoothing the synced rows is a dgl-sni train setting"):
         enable({"smooth": 0.5})
     with pytest.raises(ValueError, match="quantize=8: quantized halo rows are a dgl-sni train setting"):
         enable({"quantize": 8})
+    with pytest.raises(ValueError, match="stale_halo=summed: summed halo rows are a dgl-sni train setting"):
+        enable({"stale_halo": "summed"})

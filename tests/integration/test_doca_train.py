@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, needs_netns, read_metrics, run_cli
+from conftest import ROOT, needs_netns, run_cli, train_sweep
 
 
 @pytest.fixture(scope="module")
@@ -24,21 +24,19 @@ def doca_lib(tmp_path_factory):
 
 @needs_netns
 def test_every_agent_mode_trains_to_the_same_losses(tmp_path, small_graph_npz, doca_lib):
-    common = ("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", 9,
-              "--warmup", 2, "--sync-interval", 3, "--predictor", "gated", "--sampling-ratio", 0.5,
-              "--quiet")
-    run_cli(*common, "--agent", "process", "--metrics", tmp_path / "shm.json")
-    run_cli(*common, "--agent", "inline", "--metrics", tmp_path / "inline.json")
-    run_cli(*common, "--agent", "doca-local", "--doca-pci", "03:00.0", "--metrics", tmp_path / "doca.json",
-            env=dict(DOCA_LIB_DIR=doca_lib))
-    shm, doca = read_metrics(tmp_path / "shm.json"), read_metrics(tmp_path / "doca.json")
+    modes = ("process", "inline", "doca-local")  # one after another on one cluster (a sweep)
+    runs = train_sweep(tmp_path, [dict(agent=mode) for mode in modes], "--dataset", small_graph_npz,
+                       "--workers", 2, "--layers", 3, "--epochs", 9, "--warmup", 2, "--sync-interval", 3,
+                       "--predictor", "gated", "--sampling-ratio", 0.5, "--doca-pci", "03:00.0",
+                       env=dict(DOCA_LIB_DIR=doca_lib))
+    (shm, _), (inline, _), (doca, _) = runs
+    assert [m["config"]["agent"] for m, _ in runs] == list(modes)
     halo = sum(w["halo_nodes"] for w in doca["summary"]["workers"])
     assert [e["mode"] for e in doca["epochs"]] == [e["mode"] for e in shm["epochs"]]
     stale = [e for e in doca["epochs"] if e["mode"] == "stale"]
     assert stale and all(e["bytes_recv"] == 0 for e in stale)  # rows came over DOCA, not DGL
     assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halo for e in stale)
     assert any(e["predicted_rows"] > 0 for e in stale)
-    inline = read_metrics(tmp_path / "inline.json")
     losses = {name: [e["loss"] for e in m["epochs"]]
               for name, m in (("process", shm), ("inline", inline), ("doca-local", doca))}
     assert losses["process"] == losses["inline"] == losses["doca-local"], losses

@@ -12,24 +12,19 @@ wire while the trainer computes.
 import pytest
 import torch
 
-from conftest import needs_netns, read_metrics, run_cli
+from conftest import needs_netns, train_sweep
 
-COMMON = ("--workers", 2, "--model", "gcn", "--layers", 3, "--hidden", 16, "--seed", 0, "--quiet")
-
-
-def _train(tmp_path, npz, name, *extra):
-    metrics, ckpt = tmp_path / f"{name}.json", tmp_path / f"ckpt-{name}"
-    run_cli("train", "--dataset", npz, *COMMON, "--metrics", metrics, "--checkpoint-dir", ckpt, *extra)
-    return read_metrics(metrics)["epochs"], ckpt
+COMMON = ("--workers", 2, "--model", "gcn", "--layers", 3, "--hidden", 16, "--seed", 0)
 
 
 @needs_netns
 @pytest.mark.parametrize("quantize", [0, pytest.param(8, marks=pytest.mark.slow)])
 def test_frozen_weights_pipelined_equals_exact(tmp_path, small_graph_npz, quantize):
     frozen = ("--epochs", 5, "--lr", 1e-30, "--dropout", 0, "--weight-decay", 0, "--quantize", quantize)
-    exact, exact_ckpt = _train(tmp_path, small_graph_npz, "exact", *frozen, "--sync-interval", 1)
-    piped, piped_ckpt = _train(tmp_path, small_graph_npz, "piped", *frozen, "--sync-policy", "pipeline",
-                               "--warmup", 1)
+    (exact, exact_ckpt), (piped, piped_ckpt) = train_sweep(  # both on one cluster
+        tmp_path, [dict(sync_interval=1), dict(sync_policy="pipeline", warmup=1)],
+        "--dataset", small_graph_npz, *COMMON, *frozen, checkpoints=True)
+    exact, piped = exact["epochs"], piped["epochs"]
     assert [e["mode"] for e in piped] == ["sync"] + ["pipelined"] * 4
     assert all(e["pipelined_rows"] > 0 for e in piped[1:])
     if quantize:  # stochastic rounding is keyed by step: rows one step old were rounded differently
@@ -48,20 +43,15 @@ def test_frozen_weights_pipelined_equals_exact(tmp_path, small_graph_npz, quanti
 
 @needs_netns
 def test_pipelined_training_is_one_step_stale_and_learns(tmp_path):
-    common = ("--dataset", "synthetic", "--epochs", 40, "--dropout", 0.5, "--eval-every", 40)
-    exact = read_metrics(_run(tmp_path, "exact", *common, "--sync-interval", 1))["epochs"]
-    piped = read_metrics(_run(tmp_path, "piped", *common, "--sync-policy", "pipeline", "--warmup", 3))["epochs"]
+    (exact, _), (piped, _) = train_sweep(  # both on one cluster
+        tmp_path, [dict(sync_interval=1), dict(sync_policy="pipeline", warmup=3)],
+        "--dataset", "synthetic", *COMMON, "--epochs", 40, "--dropout", 0.5, "--eval-every", 40)
+    exact, piped = exact["epochs"], piped["epochs"]
     assert [e["mode"] for e in piped[:4]] == ["sync"] * 3 + ["pipelined"]
     assert [e["loss"] for e in piped[:3]] == [e["loss"] for e in exact[:3]]  # warm-up: exact
     assert piped[3]["loss"] != exact[3]["loss"]  # the rows it used were a step old
     assert piped[-1]["loss"] < piped[3]["loss"] - 0.3
     assert abs(piped[-1]["test_acc"] - exact[-1]["test_acc"]) < 0.03, (piped[-1]["test_acc"], exact[-1]["test_acc"])
-
-
-def _run(tmp_path, name, *args):
-    metrics = tmp_path / f"{name}.json"
-    run_cli("train", *COMMON, "--metrics", metrics, *args)
-    return metrics
 
 
 def test_pipeline_refuses_the_storage_tier():

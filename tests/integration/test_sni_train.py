@@ -1,22 +1,55 @@
-"""dgl-sni train with stale epochs: what crosses the network, what the agent serves."""
+"""dgl-sni train with stale epochs: what crosses the network, what the agent serves.
+
+The runs of this module (2 workers, 3 layers, sync every 4th epoch after a warm-up of 2,
+unless a run says otherwise) train one after another on one emulated cluster (a sweep:
+one start-up); each test reads its own runs.
+"""
 import pytest
 
-from conftest import needs_netns, read_metrics, run_cli
+from conftest import needs_netns, train_sweep
+
+BASE = dict(epochs=10, warmup=2, sync_interval=4)
+RUNS = {
+    "pull-nothing": dict(predictor="gated", sampling_ratio=0.3, stale_grad="skip", measure_staleness=True,
+                         dropout=0.0),
+    "defaults": dict(),  # dgl-sni train's stale defaults
+    "exchange": dict(predictor="cache", stale_grad="exchange"),
+    "skip": dict(predictor="cache", stale_grad="skip", dropout=0.0),
+    "last": dict(predictor="cache", stale_grad="last", dropout=0.0),
+    **{f"adaptive-{bound:g}": dict(predictor="gated", sync_policy="adaptive", drift_bound=bound)
+       for bound in (1e9, 1e-9)},
+    **{name: dict(predictor="gated", sampling_ratio=1.0, dropout=0.0, measure_staleness=True, epochs=30,
+                  transfer=name == "transfer") for name in ("transfer", "plain")},
+    **{f"eval-{stale}": dict(epochs=8, predictor="cache", dropout=0.0, lr=0.05, stale_eval=stale)
+       for stale in (False, True)},
+    "guarded": dict(predictor="cache", sync_policy="guarded", sync_loss_gap=0.0, epochs=16),
+    # weights frozen (steps below float32 resolution, dropout off): every step's true rows and
+    # gradients are the same, so served, summed and reused ones must give the exact gradients
+    **{f"frozen-{name}": dict(predictor="cache", lr=1e-30, dropout=0.0, weight_decay=0.0, quantize=0, **extra)
+       for name, extra in (("rows", dict(stale_halo="rows", stale_grad="exchange")),
+                           ("summed", dict(stale_halo="summed", stale_grad="exchange")),
+                           ("last", dict(stale_halo="summed", stale_grad="last")))},
+}
 
 
-def _train(tmp_path, small_graph_npz, *extra, epochs=10):
-    out = tmp_path / "m.json"
-    run_cli("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", epochs,
-            "--warmup", 2, "--sync-interval", 4, "--quiet", "--metrics", out, *extra)
-    m = read_metrics(out)
-    halo = sum(w["halo_nodes"] for w in m["summary"]["workers"])
-    return m["epochs"], halo
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, small_graph_npz):
+    """Per run name: (metrics, checkpoint folder); every run of ``RUNS`` on one cluster."""
+    names = list(RUNS)
+    out = train_sweep(tmp_path_factory.mktemp("sni-train"), [dict(BASE, **RUNS[n]) for n in names],
+                      "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, checkpoints=True)
+    return dict(zip(names, out))
+
+
+def _epochs(runs, name):
+    metrics, _ = runs[name]
+    halo = sum(w["halo_nodes"] for w in metrics["summary"]["workers"])
+    return metrics["epochs"], halo
 
 
 @needs_netns
-def test_stale_epochs_pull_nothing_and_serve_every_halo_row(tmp_path, small_graph_npz):
-    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--sampling-ratio", 0.3,
-                          "--stale-grad", "skip", "--measure-staleness", "--dropout", 0)
+def test_stale_epochs_pull_nothing_and_serve_every_halo_row(runs):
+    epochs, halo = _epochs(runs, "pull-nothing")
     modes = [e["mode"] for e in epochs]
     assert modes == ["sync", "sync", "sync", "stale", "stale", "stale", "sync", "stale", "stale", "stale"]
     for e in epochs[1:]:
@@ -32,21 +65,27 @@ def test_stale_epochs_pull_nothing_and_serve_every_halo_row(tmp_path, small_grap
 
 
 @needs_netns
-def test_stale_gradients_are_exchanged_by_default(tmp_path, small_graph_npz):
-    epochs, _ = _train(tmp_path, small_graph_npz, "--predictor", "cache")
-    assert all(e["bytes_sent"] > 0 for e in epochs)
-    assert all(e["bytes_recv"] == 0 for e in epochs if e["mode"] == "stale")
-    assert all(e.get("predicted_rows", 0) == 0 for e in epochs)  # cache never predicts
+def test_stale_epochs_move_nothing_by_default_and_push_gradients_when_asked(runs):
+    """By default a stale epoch serves the cache (never a prediction), sums the halo rows once
+    per sync period (the cache's rows change only at a sync; 2 hidden layers, every worker its
+    own halo) and pushes no halo gradient; ``--stale-grad exchange`` pushes them."""
+    (metrics, _), (epochs, halo) = runs["defaults"], _epochs(runs, "defaults")
+    assert {k: metrics["in_effect"][k] for k in ("quantize", "smooth", "stale_halo")} == \
+        dict(quantize=8, smooth=0.75, stale_halo="summed")
+    assert (metrics["config"]["predictor"], metrics["config"]["stale_grad"]) == ("cache", "last")
+    assert all(e.get("predicted_rows", 0) == 0 for e in epochs)
+    assert [e.get("summed_rows", 0) for e in epochs] == [0, 0, 0, 2 * halo, 0, 0, 0, 2 * halo, 0, 0]
+    assert all(e["cached_rows"] == 2 * halo for e in epochs if e["mode"] == "stale")
+    assert all(e["bytes_sent"] == e["bytes_recv"] == 0 for e in epochs if e["mode"] == "stale")
+    assert all(e["bytes_sent"] > 0 and e["bytes_recv"] > 0 for e in epochs if e["mode"] == "sync")
+    exchanged, _ = _epochs(runs, "exchange")
+    assert all(e["bytes_sent"] > 0 for e in exchanged)
+    assert all(e["bytes_recv"] == 0 for e in exchanged if e["mode"] == "stale")
 
 
 @needs_netns
-def test_stale_epochs_can_reuse_the_last_sync_gradients_without_traffic(tmp_path, small_graph_npz):
-    runs = {}
-    for grad in ("skip", "last"):
-        (tmp_path / grad).mkdir()
-        runs[grad], _ = _train(tmp_path / grad, small_graph_npz, "--predictor", "cache", "--stale-grad", grad,
-                               "--dropout", 0)
-    skip, last = runs["skip"], runs["last"]
+def test_stale_epochs_can_reuse_the_last_sync_gradients_without_traffic(runs):
+    (skip, _), (last, _) = _epochs(runs, "skip"), _epochs(runs, "last")
     assert all(e["bytes_sent"] == 0 and e["bytes_recv"] == 0 for e in last if e["mode"] == "stale")
     first = next(i for i, e in enumerate(last) if e["mode"] == "stale")
     assert [e["loss"] for e in last[: first + 1]] == [e["loss"] for e in skip[: first + 1]]
@@ -55,9 +94,8 @@ def test_stale_epochs_can_reuse_the_last_sync_gradients_without_traffic(tmp_path
 
 @needs_netns
 @pytest.mark.parametrize("bound, expect_pull", [(1e9, False), (1e-9, True)])
-def test_adaptive_policy_pulls_only_drifting_rows(tmp_path, small_graph_npz, bound, expect_pull):
-    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--sync-policy", "adaptive",
-                          "--drift-bound", bound)
+def test_adaptive_policy_pulls_only_drifting_rows(runs, bound, expect_pull):
+    epochs, halo = _epochs(runs, f"adaptive-{bound:g}")
     stale = [e for e in epochs if e["mode"] == "stale"]
     pulled = [e["adaptive_rows"] for e in stale]
     if expect_pull:  # every row that moved at all is pulled (dead all-zero rows need not be)
@@ -69,8 +107,10 @@ def test_adaptive_policy_pulls_only_drifting_rows(tmp_path, small_graph_npz, bou
 
 @needs_netns
 def test_prediction_and_storage_tier_together(tmp_path, small_graph_npz):
-    epochs, halo = _train(tmp_path, small_graph_npz, "--predictor", "gated", "--storage-tier",
-                          tmp_path / "tier", "--subparts", 3, "--host-cache-budget", "128K")
+    (metrics, _), = train_sweep(tmp_path, [dict(BASE, predictor="gated")], "--dataset", small_graph_npz,
+                                "--workers", 2, "--layers", 3, "--storage-tier", tmp_path / "tier",
+                                "--subparts", 3, "--host-cache-budget", "128K")
+    epochs, halo = metrics["epochs"], sum(w["halo_nodes"] for w in metrics["summary"]["workers"])
     assert all(e["storage_bytes"] > 0 and 0 <= e["cache_hit_rate"] <= 1 for e in epochs)
     stale = [e for e in epochs if e["mode"] == "stale"]
     assert stale and all(e["bytes_recv"] == 0 for e in stale)
@@ -79,27 +119,24 @@ def test_prediction_and_storage_tier_together(tmp_path, small_graph_npz):
 
 
 @needs_netns
-def test_gated_drift_transfer_serves_rows_closer_than_without_it(tmp_path, small_graph_npz):
-    args = ("--predictor", "gated", "--sampling-ratio", 1.0, "--dropout", 0, "--measure-staleness")
-    runs, halos = {}, {}
-    for name, extra in (("transfer", ()), ("plain", ("--no-transfer",))):
-        out = tmp_path / name
-        out.mkdir()
-        epochs, halos[name] = _train(out, small_graph_npz, *args, *extra, epochs=30)
-        runs[name] = [e for e in epochs if e["mode"] == "stale"]
-    moved = [e.get("transfer_rows", 0) for e in runs["transfer"]]
-    assert sum(moved) > 0 and all(e.get("transfer_rows", 0) == 0 for e in runs["plain"])
-    assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halos["transfer"] for e in runs["transfer"])
-    assert all(m <= e["predicted_rows"] for m, e in zip(moved, runs["transfer"]))
+def test_gated_drift_transfer_serves_rows_closer_than_without_it(runs):
+    stale, halos = {}, {}
+    for name in ("transfer", "plain"):
+        epochs, halos[name] = _epochs(runs, name)
+        stale[name] = [e for e in epochs if e["mode"] == "stale"]
+    moved = [e.get("transfer_rows", 0) for e in stale["transfer"]]
+    assert sum(moved) > 0 and all(e.get("transfer_rows", 0) == 0 for e in stale["plain"])
+    assert all(e["predicted_rows"] + e["cached_rows"] == 2 * halos["transfer"] for e in stale["transfer"])
+    assert all(m <= e["predicted_rows"] for m, e in zip(moved, stale["transfer"]))
 
     def error(stale):
         return sum(e["pred_rows_l2"] for e in stale) / sum(e["pred_rows_cache_l2"] for e in stale)
-    assert error(runs["transfer"]) < error(runs["plain"]) <= 1.0
+    assert error(stale["transfer"]) < error(stale["plain"]) <= 1.0
 
 
 @needs_netns
 @pytest.mark.parametrize("stale_eval", [False, True])
-def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph_npz, stale_eval):
+def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(runs, small_graph_npz, stale_eval):
     """The accuracy reported at a stale epoch is that of the model (a single-process forward
     with the weights checkpointed at that epoch), unless --stale-eval asks for the rows
     served to training. Training moves 8-bit rows here (a stale run's default); evaluation
@@ -111,14 +148,11 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph
     from dgl_sni.reference import whole_graph_view
     from dgl_sni.train import FullGraphTrainer
 
-    out, ckpt = tmp_path / "m.json", tmp_path / "ckpt"
-    run_cli("train", "--dataset", small_graph_npz, "--workers", 2, "--layers", 3, "--epochs", 8,
-            "--warmup", 2, "--sync-interval", 4, "--predictor", "cache", "--dropout", 0, "--lr", 0.05,
-            "--checkpoint-dir", ckpt, "--quiet", "--metrics", out, *(("--stale-eval",) if stale_eval else ()))
-    metrics = read_metrics(out)
+    metrics, ckpt = runs[f"eval-{stale_eval}"]
     epochs = metrics["epochs"]
     assert metrics["config"]["quantize"] is None and metrics["in_effect"]["quantize"] == 8  # a stale run's default
     assert metrics["in_effect"]["allocator"] == "tcmalloc"  # preloaded by default (libtcmalloc-minimal4 installed)
+    assert metrics["config"]["stale_halo"] is None and metrics["in_effect"]["stale_halo"] == "summed"
     assert all(e["cpu_s"] > 0 and e["cpu_s"] == sum(w["cpu_s"] for w in e["workers"]) for e in epochs)
     synced = [e for e in epochs[1:] if e["mode"] == "sync"]  # epoch 0 also pulls the input features
     assert synced and all(e["bytes_recv"] == e["pulled_rows"] * 24 for e in synced)  # 16 codes + offset, scale
@@ -140,12 +174,11 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(tmp_path, small_graph
 
 
 @needs_netns
-def test_guarded_policy_decides_from_the_recorded_losses(tmp_path, small_graph_npz):
+def test_guarded_policy_decides_from_the_recorded_losses(runs):
     """Every worker fed the same all-reduced losses to its schedule: replaying the recorded
     losses through a fresh schedule gives the recorded modes and intervals."""
     from dgl_sni.sni.schedule import GuardedSchedule
-    epochs, _ = _train(tmp_path, small_graph_npz, "--predictor", "cache", "--sync-policy", "guarded",
-                       "--sync-loss-gap", 0.0, epochs=16)
+    epochs, _ = _epochs(runs, "guarded")
     replay = GuardedSchedule(warmup=2, budget=4, tolerance=0.0)
     for e in epochs:
         assert replay.mode(e["epoch"]) == e["mode"]
@@ -153,3 +186,30 @@ def test_guarded_policy_decides_from_the_recorded_losses(tmp_path, small_graph_n
         assert e["sync_interval_now"] == replay.interval
     assert any(e["mode"] == "stale" for e in epochs)
     assert len({e["sync_interval_now"] for e in epochs}) > 1  # at gap 0 this seed's run halves and grows
+
+
+@needs_netns
+def test_with_frozen_weights_summed_rows_and_reused_gradients_give_the_exact_gradients(runs):
+    """Stale epochs serve the cache's rows (their average over syncs) and, summed, feed each
+    layer their sum; ``--stale-grad last`` gives owned rows the average of the gradients
+    received at syncs. With the weights frozen all of these equal the true ones, so every
+    epoch's loss and Adam's moments (which add up every step's gradient) must match the run
+    whose stale epochs take the rows as fresh ones and push their halo gradients."""
+    import torch
+
+    (rows, rows_ckpt), (summed, summed_ckpt), (last, last_ckpt) = (
+        runs[f"frozen-{name}"] for name in ("rows", "summed", "last"))
+    assert [e["mode"] for e in rows["epochs"]].count("stale") == 6
+    assert sum(e.get("summed_rows", 0) for e in summed["epochs"]) > 0
+    assert all(e.get("summed_rows", 0) == 0 for e in rows["epochs"])
+    assert all(e["bytes_sent"] == 0 for e in last["epochs"] if e["mode"] == "stale")  # nothing pushed
+    for other in (summed, last):
+        for a, b in zip(rows["epochs"], other["epochs"]):
+            assert a["mode"] == b["mode"] and abs(a["loss"] - b["loss"]) < 1e-5 * abs(a["loss"]), (a, b)
+    final = f"epoch_{BASE['epochs'] - 1}.pt"
+    want = torch.load(rows_ckpt / final)["optimizer"]["state"]
+    for ckpt in (summed_ckpt, last_ckpt):
+        got = torch.load(ckpt / final)["optimizer"]["state"]
+        for key in want:
+            for moment in ("exp_avg", "exp_avg_sq"):
+                assert torch.allclose(got[key][moment], want[key][moment], rtol=1e-3, atol=1e-9), (ckpt, key, moment)

@@ -1,0 +1,168 @@
+"""Summed halo rows (dgl_sni.halo.sums): a stale step's layers take the sum of their halo rows.
+
+With the sum of the same rows, a layer's summed form equals its form over the whole block
+(to float rounding), forward and backward; the model refuses it where a layer is not
+linear in its halo rows; the resolver versions the rows so a sum is reused only while the
+served rows are the same."""
+import numpy as np
+import pytest
+import torch
+
+from dgl_sni.config import SNIConfig, TrainConfig
+from dgl_sni.data import synthetic
+from dgl_sni.halo.resolver import HaloResolver, Origin
+from dgl_sni.halo.sums import HaloSplit
+from dgl_sni.metrics import Counters
+from dgl_sni.models import GCNLayer, SAGELayer, init_model
+from dpu_agent.client import InlineAgentClient
+from storage_tier.block import build_block
+
+
+def _partition_block(model: str, seed: int = 1):
+    """Partition 0 of 3 of a small synthetic graph (random assignment) as a trainer sees it."""
+    data = synthetic(num_nodes=900, avg_degree=8, num_classes=4, feat_dim=12, seed=seed)
+    parts = np.random.default_rng(seed).integers(0, 3, data.num_nodes)
+    own = np.flatnonzero(parts == 0)
+    keep = parts[data.dst] == 0
+    src, dst = data.src[keep], data.dst[keep]
+    halo = np.unique(src[parts[src] != 0])
+    pos = np.full(data.num_nodes, -1)
+    pos[own], pos[halo] = np.arange(own.size), own.size + np.arange(halo.size)
+    gids = np.concatenate((own, halo))
+    in_deg, out_deg = data.degrees()
+    block = build_block(pos[src], pos[dst], gids.size, own.size, out_deg[gids], in_deg[own],
+                        self_loops=model == "gcn", src_keys=gids)
+    return block, torch.from_numpy(data.features[gids]), own.size
+
+
+@pytest.mark.parametrize("layer_type, dims", [
+    (GCNLayer, (12, 5)), (GCNLayer, (5, 9)),  # project first, aggregate first
+    (SAGELayer, (12, 5)), (SAGELayer, (5, 9)),
+])
+def test_a_summed_layer_equals_the_layer_over_the_whole_block(layer_type, dims):
+    block, _, n_own = _partition_block("gcn" if layer_type is GCNLayer else "sage")
+    torch.manual_seed(0)
+    layer = layer_type(*dims)
+    rows = torch.randn(block.num_src, dims[0], requires_grad=True)
+    out = layer(block, rows)
+    g = torch.randn_like(out)
+    (out * g).sum().backward()
+
+    split = HaloSplit(block, rows.detach())
+    assert split.num_halo > 0 and split.local.num_edges + split.halo.num_edges == block.num_edges
+    own = rows.detach()[:n_own].clone().requires_grad_()
+    halo_sum = split.sum_rows(rows.detach()[n_own:], layer.halo_scale(split.halo)).requires_grad_()
+    summed = layer.forward_summed(split, own, halo_sum)
+    (summed * g).sum().backward()
+    torch.testing.assert_close(summed, out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(own.grad, rows.grad[:n_own], rtol=1e-5, atol=1e-5)
+    # the halo rows' gradient the stale step pushes, from the sum's gradient
+    pushed = split.rows_grad(halo_sum.grad, layer.halo_scale(split.halo))
+    torch.testing.assert_close(pushed, rows.grad[n_own:], rtol=1e-5, atol=1e-5)
+
+
+class _ExactSums:
+    """Serves each layer's true halo rows as their sum (what a stale step gets when nothing moved)."""
+
+    def __init__(self, rows, n_own):
+        self.rows, self.n_own = rows, n_own
+
+    def sums_halo(self):
+        return True
+
+    def halo_sum(self, layer, owned, split, scale):
+        return split.sum_rows(self.rows[layer][self.n_own:], scale)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_the_summed_forward_equals_the_forward_when_nothing_is_stale(model):
+    block, x, n_own = _partition_block(model)
+    net = init_model(0, model, x.shape[1], 8, 4, 3, dropout=0.0)
+    rows = {}
+
+    def exchange(layer, h_own):  # halo rows: fixed random rows, recorded for the summed pass
+        rows[layer] = torch.cat((h_own, torch.rand(block.num_src - n_own, h_own.shape[1])))
+        return rows[layer]
+    full = net(block, x, exchange)
+    summed = net.forward_summed(HaloSplit(block, x), _ExactSums({k: v.detach() for k, v in rows.items()}, n_own))
+    torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
+
+
+def test_the_summed_forward_drops_owned_rows_as_the_forward_does():
+    """With dropout, a summed pass keys its masks by the owned rows' ids: on a block with no
+    halo rows (one partition) it is the forward itself."""
+    data = synthetic(num_nodes=600, avg_degree=6, num_classes=4, feat_dim=12, seed=2)
+    in_deg, out_deg = data.degrees()
+    block = build_block(data.src, data.dst, data.num_nodes, data.num_nodes, out_deg, in_deg, self_loops=True)
+    x = torch.from_numpy(data.features)
+    net = init_model(0, "gcn", x.shape[1], 8, 4, 3, dropout=0.5)
+    split = HaloSplit(block, x)
+    assert split.num_halo == 0
+    full = net(block, x, step=3, dropout_seed=7)
+    summed = net.forward_summed(split, _ExactSums({1: torch.zeros(0, 8), 2: torch.zeros(0, 8)}, data.num_nodes), step=3, dropout_seed=7)
+    torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
+
+
+def test_gat_refuses_summed_halo_rows_by_name():
+    block, x, _ = _partition_block("gcn")
+    net = init_model(0, "gat", x.shape[1], 8, 4, 2)
+    assert not net.sums_halo_rows
+    with pytest.raises(ValueError, match="GAT is not linear in its halo rows"):
+        net.forward_summed(HaloSplit(block, x), _ExactSums({}, 0))
+
+
+def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
+    ids = np.arange(0, 40, 2, dtype=np.int64)
+
+    class Source:
+        origin = Origin.PULLED
+
+        def publish(self):
+            pass
+
+        def pull(self, _ids):
+            return np.random.default_rng(len(ids)).random((ids.size, 3)).astype(np.float32)
+
+        def peek(self):
+            return self.pull(None)
+
+    for predictor, versioned in (("cache", True), ("linear-trend", False)):
+        agent = InlineAgentClient()
+        try:
+            cfg = SNIConfig(sync_interval=3, warmup=1, predictor=predictor, sampling_ratio=1.0, smooth=0.5)
+            res = HaloResolver(cfg, Counters(), table_id=1, ids=ids, dim=3, agent=lambda: agent,
+                               edge_counts=lambda i: np.ones(i.size))
+            versions = {}
+            for step in range(8):
+                out = res.resolve(step, True, Source())
+                versions[step] = out.version
+            # steps 0, 1, 4, 7 sync; 2-3 and 5-6 are stale
+            assert [versions[s] for s in (0, 1, 4, 7)] == [None] * 4
+            if versioned:  # the same rows within a period, new ones after the next sync
+                assert versions[2] == versions[3] != versions[5] == versions[6]
+            else:
+                assert all(versions[s] is None for s in (2, 3, 5, 6))
+        finally:
+            agent.close()
+
+
+@pytest.mark.parametrize("model, tier, sync_interval, expect", [
+    ("gcn", False, 5, True), ("sage", False, 5, True), ("gat", False, 5, False),
+    ("gcn", True, 5, False), ("gcn", False, 1, False),
+])
+def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_interval, expect):
+    values = dict(model=model, sync_interval=sync_interval)
+    if tier:
+        values["storage_tier"] = "/tmp/tier"
+    assert TrainConfig.from_dict(values).validate().stale_sums is expect
+    assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
+
+
+@pytest.mark.parametrize("values, problem", [
+    (dict(model="gat", stale_halo="summed"), "gat is not"),
+    (dict(storage_tier="/tmp/tier", stale_halo="summed"), "not supported with --storage-tier"),
+    (dict(stale_halo="everything"), "--stale-halo must be one of summed, rows"),
+])
+def test_summed_halo_rows_where_they_cannot_apply_are_refused_by_name(values, problem):
+    with pytest.raises(ValueError, match=problem):
+        TrainConfig.from_dict(dict(values, sync_interval=5)).validate()
