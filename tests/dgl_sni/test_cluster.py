@@ -209,3 +209,25 @@ def test_a_listening_port_is_seen_in_proc_without_connecting(tmp_path):
     assert _wait_for_servers(str(ready), poll_s=0.01, limit_s=0.05) is False  # gives up, connects anyway
     ready.write_text("")
     assert _wait_for_servers(str(ready), limit_s=0.05) is True and _wait_for_servers(None) is True
+
+
+def test_records_gathered_in_batches_merge_epoch_by_epoch():
+    from dgl_sni.progress import EPOCH_EVENT
+    from dgl_sni.worker import WorkerSession
+
+    class TwoWorkers:  # the other worker's records: twice the bytes, 10 ms slower
+        def all_gather_object(self, records):
+            other = [dict(r, bytes_sent=2 * r["bytes_sent"], time_s=r["time_s"] + 0.01) for r in records]
+            return [records, other]
+
+    session = WorkerSession.__new__(WorkerSession)
+    session.collective = TwoWorkers()
+    records = [dict(epoch=e, mode="sync", loss=1.0 / (e + 1), bytes_sent=100 * (e + 1), time_s=0.1 * (e + 1))
+               for e in range(3)]
+    merged = session._merge(records)
+    assert [m["epoch"] for m in merged] == [0, 1, 2]
+    assert [m["bytes_sent"] for m in merged] == [300, 600, 900]  # summed over workers, per epoch
+    assert [round(m["time_s"], 6) for m in merged] == [0.11, 0.21, 0.31]  # the slowest worker's
+    assert [m["loss"] for m in merged] == [1.0, 0.5, 1.0 / 3]
+    assert session._merge([]) == []
+    assert "bytes_sent" not in EPOCH_EVENT and {"loss", "mode", "val_acc"} <= set(EPOCH_EVENT)
