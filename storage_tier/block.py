@@ -55,6 +55,13 @@ def degree_norm(degree: np.ndarray, self_loops: bool) -> torch.Tensor:
     return torch.from_numpy(np.asarray(degree, dtype=np.float32) + extra).clamp(min=1).pow(-0.5).unsqueeze(1)
 
 
+def edge_key(src_key: np.ndarray, dst_key: np.ndarray) -> np.ndarray:
+    """The dropout key of edges ``src -> dst`` from their end points' keys (int64; a hash
+    input, so wrapping is fine). Every block of the same edges derives it this way."""
+    with np.errstate(over="ignore"):
+        return src_key * np.int64(0x9E3779B1) + dst_key
+
+
 def build_block(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int,
                 src_out_degree: np.ndarray, dst_in_degree: np.ndarray,
                 self_loops: bool, src_keys: np.ndarray | None = None) -> GraphBlock:
@@ -78,8 +85,7 @@ def build_block(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int,
     if src_keys is None:
         src_keys = np.arange(num_src, dtype=np.int64)
     src_keys = np.ascontiguousarray(src_keys, dtype=np.int64)
-    with np.errstate(over="ignore"):  # a hash input: wrapping is fine
-        edge_keys = src_keys[src] * np.int64(0x9E3779B1) + src_keys[dst]
+    edge_keys = edge_key(src_keys[src], src_keys[dst])
     graph = dgl.create_block((torch.from_numpy(src), torch.from_numpy(dst)),
                              num_src_nodes=num_src, num_dst_nodes=num_dst)
     graph.create_formats_()

@@ -61,8 +61,9 @@ class SNIConfig:
     predictor: str = option("gated", "none: sync every epoch; cache; linear-trend (the paper); gated; holt",
                             choices=PREDICTORS, sweep=True)
     stale_grad: str = option("exchange", "on stale epochs still push halo gradients (exchange), drop them (skip), "
-                                         "or send none and give each owned row again the gradient it received "
-                                         "at the last sync (last)",
+                                         "or send none and give each owned row the gradient it received at the "
+                                         "syncs, averaged over syncs with the rows' smoothing (last; dgl-sni "
+                                         "train's default)",
                              choices=STALE_GRAD, sweep=True)
     sync_policy: str = option("fixed", "fixed: sync every E-th epoch; adaptive: on stale epochs also pull rows "
                                        "whose predicted drift is large; drift: sync when the weights moved more "

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
-import numpy as np
 import torch
 
 import dgl_sni  # noqa: F401
 import dgl
 import dgl.ops as dops
 
-from storage_tier.block import GraphBlock
+from storage_tier.block import GraphBlock, edge_key
 
 
 class HaloSplit:
@@ -86,17 +85,10 @@ def _sub_block(block: GraphBlock, src, dst, num_src: int, rows: slice) -> GraphB
     (edge order kept: destination-sorted, as :func:`storage_tier.block.build_block` makes it)."""
     graph = dgl.create_block((src, dst), num_src_nodes=num_src, num_dst_nodes=block.num_dst)
     graph.create_formats_()
+    keys = block.src_keys.numpy()
     return GraphBlock(graph=graph, num_src=num_src, num_dst=block.num_dst, src_norm=block.src_norm[rows],
                       dst_norm=block.dst_norm, src_keys=block.src_keys[rows],
-                      edge_keys=_edge_keys(block, src, dst, rows))
-
-
-def _edge_keys(block: GraphBlock, src, dst, rows: slice) -> torch.Tensor:
-    """The edges' dropout keys, as :func:`~storage_tier.block.build_block` derives them."""
-    keys = block.src_keys.numpy()
-    with np.errstate(over="ignore"):
-        out = keys[src.numpy() + rows.start] * np.int64(0x9E3779B1) + keys[dst.numpy()]
-    return torch.from_numpy(out)
+                      edge_keys=torch.from_numpy(edge_key(keys[src.numpy() + rows.start], keys[dst.numpy()])))
 
 
 @runtime_checkable
