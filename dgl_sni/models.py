@@ -265,21 +265,31 @@ class FullGraphGNN(nn.Module):
         return all(isinstance(layer, HaloLinear) for layer in self.layers)
 
     def forward_summed(self, split: "HaloSplit", halo: "HaloSums", step: int = 0,
-                       dropout_seed: int = 0) -> torch.Tensor:
+                       dropout_seed: int = 0, rows: "tuple[GraphBlock, HaloExchange] | None" = None) -> torch.Tensor:
         """A training pass whose layers take the sum of their halo rows (a stale step, see
         :mod:`dgl_sni.halo.sums`): the owned rows only, dropped as in :meth:`forward`, and
-        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``."""
+        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``.
+        With ``rows`` (the whole block and its exchange), only the input layer takes the sum;
+        the layers above take their halo rows as rows, as in :meth:`forward` (a sync step of
+        a run whose stale steps sum: the input rows never change, only their dropout would)."""
         if not self.sums_halo_rows:
             raise ValueError(f"{self.model_name.upper()} is not linear in its halo rows: its stale steps "
                              "cannot take summed halo rows (use --stale-halo rows)")
         h = split.x_own
         for i, layer in enumerate(self.layers):
-            scale = layer.halo_scale(split.halo)
-            halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
             drop = self._dropper(step, i, dropout_seed)
-            if drop is not None:
-                h = drop(h, split.local.src_keys, "feat")
-            h = layer.forward_summed(split, h, halo_sum)
+            if i > 0 and rows is not None:
+                block, exchange = rows
+                h = exchange(i, h)
+                if drop is not None:
+                    h = drop(h, block.src_keys, "feat")
+                h = layer(block, h, drop)
+            else:
+                scale = layer.halo_scale(split.halo)
+                halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
+                if drop is not None:
+                    h = drop(h, split.local.src_keys, "feat")
+                h = layer.forward_summed(split, h, halo_sum)
             if i < self.num_layers - 1:
                 h = F.relu(h)
         return h

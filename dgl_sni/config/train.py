@@ -79,6 +79,13 @@ class TrainConfig:
         return self.sni_active and self.model.model in SUMMABLE_MODELS and not self.tier.storage_tier
 
     @property
+    def sync_input_sums(self) -> bool:
+        """The sync training steps of a run whose stale steps take summed halo rows take the
+        sum of the halo input rows too (``sync_inputs``; where unset, whenever
+        :attr:`stale_sums` holds): the rows are fixed, so only their dropout differs."""
+        return self.stale_sums and self.sni.sync_inputs != "rows"
+
+    @property
     def pipelined(self) -> bool:
         """Training steps after warm-up are pipelined (halo rows and gradients one step old)."""
         return self.sni.sync_policy == "pipeline"
@@ -93,6 +100,9 @@ class TrainConfig:
         if self.sni.stale_halo == "summed" and self.model.model not in SUMMABLE_MODELS:
             raise ValueError(f"--stale-halo summed needs a model linear in its halo rows "
                              f"({', '.join(SUMMABLE_MODELS)}); {self.model.model} is not (use --stale-halo rows)")
+        if self.sni.sync_inputs == "summed" and self.sni_active and not self.stale_sums:
+            raise ValueError("--sync-inputs summed needs stale epochs that take summed halo rows "
+                             "(--stale-halo summed: GCN or SAGE, in memory)")
         if self.sni.stale_halo == "summed" and self.tier.storage_tier:
             raise ValueError("--stale-halo summed is not supported with --storage-tier (its layers read the "
                              "halo rows unit by unit; use --stale-halo rows)")

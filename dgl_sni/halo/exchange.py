@@ -59,13 +59,14 @@ class KVHaloExchange:
     row into the partition), stale steps are served by the agent. With ``pipeline_from``
     (``tensors`` made with ``pipeline``), training steps from that one on are pipelined.
     ``sum_stale``: stale training steps take summed halo rows (:mod:`dgl_sni.halo.sums`;
-    the trainer checks that its model allows it).
+    the trainer checks that its model allows it); ``sum_inputs`` (with it): the other
+    training steps take the sum of the halo input rows.
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
                  edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None,
-                 sum_stale: bool = False):
+                 sum_stale: bool = False, sum_inputs: bool = False):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.num_owned = int(owned_gids.numel())
         self.halo_gids = halo_gids.to(torch.int64)
@@ -99,7 +100,9 @@ class KVHaloExchange:
         self.cfg, self.agent = cfg, agent
         if sum_stale and cfg is None:
             raise ValueError("summed halo rows are for stale steps: they need an active SNI configuration")
-        self.sum_stale = sum_stale
+        if sum_inputs and not sum_stale:
+            raise ValueError("summed halo input rows on sync steps come with summed halo rows on stale steps")
+        self.sum_stale, self.sum_inputs = sum_stale, sum_inputs
         self._sums = {}  # layer -> (Resolved.version, scale, the halo rows' sum) of the last stale step
         if cfg is None:
             self.schedule = None
@@ -298,6 +301,11 @@ class KVHaloExchange:
     def sums_halo(self) -> bool:
         """The current step is a stale training step of a run that sums halo rows."""
         return self.sum_stale and self.training and self.mode == "stale"
+
+    def sums_inputs(self) -> bool:
+        """The current step is a training step of a run whose training steps take the sum of
+        the halo input rows (its stale steps sum every layer's)."""
+        return self.sum_inputs and self.training
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:

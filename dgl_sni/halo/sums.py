@@ -97,6 +97,8 @@ class HaloSums(Protocol):
 
     * ``sums_halo()``: the current (training) step takes summed halo rows (a stale step
       of a run that asked for them);
+    * ``sums_inputs()``: the current training step takes the sum of the halo input rows
+      (layer 0), its other layers taking halo rows as rows unless ``sums_halo()``;
     * ``halo_sum(layer, owned, split, scale)``: the sum (:meth:`HaloSplit.sum_rows`) of the
       halo rows of layer ``layer``'s input, whose owned rows are ``owned``; differentiable
       in ``owned``: backward pushes the halo rows' gradients and returns the gradient the
@@ -107,6 +109,8 @@ class HaloSums(Protocol):
     """
 
     def sums_halo(self) -> bool: ...
+
+    def sums_inputs(self) -> bool: ...
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor: ...

@@ -55,11 +55,12 @@ class FullGraphTrainer(TrainerBase):
         self.model.train()
         self.epoch_step = self.step
         mode = self._begin(self.step, training=True)
-        if self._sums is not None and self._sums.sums_halo():
+        if self._sums is not None and (self._sums.sums_halo() or self._sums.sums_inputs()):
             if self._split is None:
                 self._split = HaloSplit(self.view.block, self.view.x_src)
+            rows = None if self._sums.sums_halo() else (self.view.block, self.exchange)
             logits = self.model.forward_summed(self._split, self._sums, step=self.step,
-                                               dropout_seed=self.cfg.seed)
+                                               dropout_seed=self.cfg.seed, rows=rows)
         else:
             logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
                                 dropout_seed=self.cfg.seed)

@@ -70,6 +70,9 @@ class _ExactSums:
     def sums_halo(self):
         return True
 
+    def sums_inputs(self):
+        return True
+
     def halo_sum(self, layer, owned, split, scale):
         return split.sum_rows(self.rows[layer][self.n_own:], scale)
 
@@ -86,6 +89,48 @@ def test_the_summed_forward_equals_the_forward_when_nothing_is_stale(model):
     full = net(block, x, exchange)
     summed = net.forward_summed(HaloSplit(block, x), _ExactSums({k: v.detach() for k, v in rows.items()}, n_own))
     torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_summed_inputs_with_rows_above_equal_the_forward(model):
+    """A sync step of a summing run: the input layer takes its halo rows' sum, the layers
+    above their rows from the exchange; without dropout that is the forward, and so are the
+    weights' gradients and the gradients the exchange sends for the halo rows."""
+    block, x, n_own = _partition_block(model)
+    net = init_model(0, model, x.shape[1], 8, 4, 3, dropout=0.0)
+    halo = {layer: torch.rand(block.num_src - n_own, 8) for layer in (1, 2)}
+    sent = {}
+
+    class Exchange(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h_own, layer):
+            ctx.layer = layer
+            return torch.cat((h_own, halo[layer]))
+
+        @staticmethod
+        def backward(ctx, grad):
+            sent.setdefault(ctx.layer, []).append(grad[n_own:].clone())
+            return grad[:n_own], None
+
+    def exchange(layer, h_own):
+        return Exchange.apply(h_own, layer)
+
+    def run(summed):
+        net.zero_grad()
+        if summed:
+            out = net.forward_summed(HaloSplit(block, x), _ExactSums({}, n_own), rows=(block, exchange))
+        else:
+            out = net(block, x, exchange)
+        out.pow(2).sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    full, full_grads = run(False)
+    summed, summed_grads = run(True)
+    torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
+    for a, b in zip(summed_grads, full_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for layer in (1, 2):
+        torch.testing.assert_close(sent[layer][1], sent[layer][0], rtol=1e-4, atol=1e-5)
 
 
 def test_the_summed_forward_drops_owned_rows_as_the_forward_does():
@@ -156,12 +201,17 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
         values["storage_tier"] = "/tmp/tier"
     assert TrainConfig.from_dict(values).validate().stale_sums is expect
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
+    # the sync steps of a summing run sum the halo input rows too, unless told not to
+    assert TrainConfig.from_dict(values).validate().sync_input_sums is expect
+    assert TrainConfig.from_dict(dict(values, sync_inputs="rows")).validate().sync_input_sums is False
 
 
 @pytest.mark.parametrize("values, problem", [
     (dict(model="gat", stale_halo="summed"), "gat is not"),
     (dict(storage_tier="/tmp/tier", stale_halo="summed"), "not supported with --storage-tier"),
     (dict(stale_halo="everything"), "--stale-halo must be one of summed, rows"),
+    (dict(stale_halo="rows", sync_inputs="summed"), "--sync-inputs summed needs stale epochs that take summed"),
+    (dict(sync_inputs="all"), "--sync-inputs must be one of summed, rows"),
 ])
 def test_summed_halo_rows_where_they_cannot_apply_are_refused_by_name(values, problem):
     with pytest.raises(ValueError, match=problem):
