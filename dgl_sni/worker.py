@@ -139,7 +139,7 @@ class WorkerSession:
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
                                   sni, agent, edge_counts, seed=m.seed,
                                   pipeline_from=cfg.sni.warmup if pipelined else None,
-                                  sum_stale=cfg.stale_sums, sum_inputs=cfg.sync_input_sums)
+                                  sum_stale=cfg.stale_sums, sync_sums=cfg.sync_sums)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -190,7 +190,7 @@ class WorkerSession:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
                           in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing,
                                          stale_halo="summed" if cfg.stale_sums else "rows",
-                                         sync_inputs="summed" if cfg.sync_input_sums else "rows",
+                                         sync_halo=cfg.sync_sums,
                                          allocator=allocator_in_use()))
         return summary
 

@@ -14,7 +14,8 @@ STALE_GRAD = ("exchange", "skip", "last")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
-SYNC_INPUTS = ("summed", "rows")
+SYNC_HALO = ("inputs", "summed", "rows")
+SYNC_HALO_DEFAULT = "inputs"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
 TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 QUANTIZE_BITS = (0, 4, 8)
 TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
@@ -102,11 +103,14 @@ class SNIConfig:
                                             "without dropout on them: the mean of the exact epoch's). dgl-sni "
                                             "train's default: summed for GCN and SAGE in memory, rows otherwise",
                                     choices=STALE_HALO, sweep=True)
-    sync_inputs: str | None = option(None, "how the sync epochs of a run whose stale epochs take summed halo "
-                                           "rows take the halo rows of the input features (fixed): summed (once, "
-                                           "without dropout on them, as its stale epochs do; the default there) "
-                                           "or rows (input dropout included, as interval 1 does)",
-                                     choices=SYNC_INPUTS, sweep=True)
+    sync_halo: str | None = option(None, "how the sync epochs of a run whose stale epochs take summed halo rows "
+                                         "take theirs: inputs (the input features' halo rows summed once, "
+                                         "without dropout on them, as on stale epochs; the layers above take "
+                                         "fresh rows with their dropout; the default there), summed (every "
+                                         "layer sums its fresh halo rows, without dropout on them; the stale "
+                                         "epochs after it update their sums instead of summing the served "
+                                         "rows anew) or rows (every halo row with its dropout, as interval 1)",
+                                   choices=SYNC_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
@@ -160,8 +164,8 @@ class SNIConfig:
             (self.smooth is None or 0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
             (self.stale_halo is None or self.stale_halo in STALE_HALO,
              f"--stale-halo must be one of {', '.join(STALE_HALO)}, got {self.stale_halo!r}"),
-            (self.sync_inputs is None or self.sync_inputs in SYNC_INPUTS,
-             f"--sync-inputs must be one of {', '.join(SYNC_INPUTS)}, got {self.sync_inputs!r}"),
+            (self.sync_halo is None or self.sync_halo in SYNC_HALO,
+             f"--sync-halo must be one of {', '.join(SYNC_HALO)}, got {self.sync_halo!r}"),
             (self.quantize is None or self.quantize in QUANTIZE_BITS,
              f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
             (not self.smooth or self.sync_policy != "pipeline",

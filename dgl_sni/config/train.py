@@ -15,7 +15,7 @@ from .data import DataConfig
 from .flags import add_part_arguments, part_argv, part_values
 from .model import SUMMABLE_MODELS, ModelConfig
 from .output import OutputConfig, resume_point
-from .sni import TRAIN_QUANTIZE, SNIConfig
+from .sni import SYNC_HALO_DEFAULT, TRAIN_QUANTIZE, SNIConfig
 from .tier import TierConfig
 
 
@@ -79,11 +79,14 @@ class TrainConfig:
         return self.sni_active and self.model.model in SUMMABLE_MODELS and not self.tier.storage_tier
 
     @property
-    def sync_input_sums(self) -> bool:
-        """The sync training steps of a run whose stale steps take summed halo rows take the
-        sum of the halo input rows too (``sync_inputs``; where unset, whenever
-        :attr:`stale_sums` holds): the rows are fixed, so only their dropout differs."""
-        return self.stale_sums and self.sni.sync_inputs != "rows"
+    def sync_sums(self) -> str:
+        """How the sync training steps take their halo rows: ``rows`` (as interval 1) unless
+        the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
+        where it is unset (``None``, the default) ``inputs``: the input rows are fixed, so
+        summing them changes only their dropout."""
+        if not self.stale_sums:
+            return "rows"
+        return self.sni.sync_halo or SYNC_HALO_DEFAULT
 
     @property
     def pipelined(self) -> bool:
@@ -100,8 +103,8 @@ class TrainConfig:
         if self.sni.stale_halo == "summed" and self.model.model not in SUMMABLE_MODELS:
             raise ValueError(f"--stale-halo summed needs a model linear in its halo rows "
                              f"({', '.join(SUMMABLE_MODELS)}); {self.model.model} is not (use --stale-halo rows)")
-        if self.sni.sync_inputs == "summed" and self.sni_active and not self.stale_sums:
-            raise ValueError("--sync-inputs summed needs stale epochs that take summed halo rows "
+        if self.sni.sync_halo in ("inputs", "summed") and self.sni_active and not self.stale_sums:
+            raise ValueError(f"--sync-halo {self.sni.sync_halo} needs stale epochs that take summed halo rows "
                              "(--stale-halo summed: GCN or SAGE, in memory)")
         if self.sni.stale_halo == "summed" and self.tier.storage_tier:
             raise ValueError("--stale-halo summed is not supported with --storage-tier (its layers read the "

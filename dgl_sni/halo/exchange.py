@@ -41,7 +41,7 @@ from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightD
 from .id_sets import HaloIdSet
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin, Resolved
-from .sums import HaloSplit
+from .sums import HaloSplit, KeptSums
 from .tensors import LayerTensors
 
 
@@ -59,14 +59,16 @@ class KVHaloExchange:
     row into the partition), stale steps are served by the agent. With ``pipeline_from``
     (``tensors`` made with ``pipeline``), training steps from that one on are pipelined.
     ``sum_stale``: stale training steps take summed halo rows (:mod:`dgl_sni.halo.sums`;
-    the trainer checks that its model allows it); ``sum_inputs`` (with it): the other
-    training steps take the sum of the halo input rows.
+    the trainer checks that its model allows it); ``sync_sums`` (with it): how the other
+    training steps take theirs: ``inputs`` (the input layer sums), ``summed`` (every layer
+    sums its fresh rows, and the sums kept for the stale steps are updated from them where
+    the resolver says how the served rows follow, :attr:`Resolved.blend`) or ``rows``.
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
                  tensors: LayerTensors, collective, counters: Counters, cfg=None, agent=None,
                  edge_counts: np.ndarray | None = None, seed: int = 0, pipeline_from: int | None = None,
-                 sum_stale: bool = False, sum_inputs: bool = False):
+                 sum_stale: bool = False, sync_sums: str = "rows"):
         self.graph, self.collective, self.counters = graph, collective, counters
         self.num_owned = int(owned_gids.numel())
         self.halo_gids = halo_gids.to(torch.int64)
@@ -100,10 +102,10 @@ class KVHaloExchange:
         self.cfg, self.agent = cfg, agent
         if sum_stale and cfg is None:
             raise ValueError("summed halo rows are for stale steps: they need an active SNI configuration")
-        if sum_inputs and not sum_stale:
-            raise ValueError("summed halo input rows on sync steps come with summed halo rows on stale steps")
-        self.sum_stale, self.sum_inputs = sum_stale, sum_inputs
-        self._sums = {}  # layer -> (Resolved.version, scale, the halo rows' sum) of the last stale step
+        if sync_sums != "rows" and not sum_stale:
+            raise ValueError("summed halo rows on sync steps come with summed halo rows on stale steps")
+        self.sum_stale, self.sync_sums = sum_stale, sync_sums
+        self._sums = KeptSums()  # the sums of the served rows, per layer
         if cfg is None:
             self.schedule = None
         elif cfg.sync_policy == "drift":  # the trainer hands it a meter (watch_weights)
@@ -299,13 +301,16 @@ class KVHaloExchange:
 
     # -------------------------------------------------------------- summed halo rows
     def sums_halo(self) -> bool:
-        """The current step is a stale training step of a run that sums halo rows."""
-        return self.sum_stale and self.training and self.mode == "stale"
+        """The current step is a stale training step of a run that sums halo rows, or a sync
+        training step of a run whose sync steps sum them too."""
+        if not (self.sum_stale and self.training):
+            return False
+        return self.mode == "stale" or (self.mode == "sync" and self.sync_sums == "summed")
 
     def sums_inputs(self) -> bool:
-        """The current step is a training step of a run whose training steps take the sum of
-        the halo input rows (its stale steps sum every layer's)."""
-        return self.sum_inputs and self.training
+        """The current step is a training step that takes the sum of the halo input rows:
+        in a run that sums on stale steps, every one unless its sync steps take rows."""
+        return self.sum_stale and self.training and (self.mode == "stale" or self.sync_sums != "rows")
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:
@@ -315,12 +320,12 @@ class KVHaloExchange:
 
     def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
         resolved = self._resolve(layer, owned)
-        kept = self._sums.get(layer)
-        if kept is None or resolved.version is None or kept[0] != resolved.version or kept[1] is not scale:
+        total = self._sums.reuse(layer, resolved, scale)
+        if total is None:
             total = split.sum_rows(torch.from_numpy(np.ascontiguousarray(resolved.rows)), scale)
-            kept = self._sums[layer] = (resolved.version, scale, total)
             self.counters.add("summed_rows", int(resolved.rows.shape[0]))
-        return kept[2]
+            self._sums.keep(layer, resolved, scale, total)
+        return total
 
     def pushes_halo_grad(self) -> bool:
         """This step sends its halo gradients (not a stale step that skips or reuses them)."""

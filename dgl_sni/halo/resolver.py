@@ -71,11 +71,16 @@ class Resolved:
     syncs the cache has seen (rows with the same version are the same rows: a caller may
     reuse what it computed from them, as :mod:`dgl_sni.halo.sums` does); ``None`` where
     rows may differ from one step to the next.
+    ``blend``: on a training sync step whose rows the agent observed, ``(g, version)``: the
+    cache's rows of ``version`` are ``g * (its rows of version - 1) + (1 - g) * rows``
+    (the smoothing; ``g = 0`` at the first sync or without smoothing), so a caller can
+    update what it computed from the cache's rows instead of computing it anew.
     """
 
     rows: np.ndarray
     origin: np.ndarray  # uint8, Origin codes
     version: int | None = None
+    blend: tuple[float, int] | None = None
 
     def count(self, origin: Origin) -> int:
         return int((self.origin == origin).sum())
@@ -393,7 +398,9 @@ class HaloResolver:
         elif prefetched:  # asked for, but the rows it was for did not come (not in memory)
             table.preview(step)
         synced = table.synced  # observe replaces it (a new array): the scoring keeps the old one
+        g = self.cfg.smoothing if self._average is not None else 0.0
         table.observe(step, self._smoothed(fresh))
+        resolved.blend = (g, table.observations)
         if own is not None and transfer is not None:  # off the critical path (see settle)
             self._scoring = _scorer().submit(self._score_sync, synced, np.array(own, dtype=np.float32),
                                              used if scoring else None, fresh)

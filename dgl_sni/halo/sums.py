@@ -80,6 +80,45 @@ class HaloSplit:
         return self._static[key][1]
 
 
+class KeptSums:
+    """The halo sums a run's stale steps reuse, per layer, with the version of the served
+    rows they sum (:attr:`~dgl_sni.halo.resolver.Resolved.version`).
+
+    A stale step's sum is kept until the served rows change. A training sync step that
+    sums its fresh rows (``--sync-halo summed``) updates the kept sum as the resolver says
+    the served rows follow (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing
+    averages the fresh rows into the cache), so the stale steps after it sum nothing; where
+    the kept sum is not of the version before, it is dropped and the next stale step sums
+    anew. Owned by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
+    """
+
+    def __init__(self):
+        self._kept = {}  # layer -> (version, scale, sum)
+
+    def reuse(self, layer: int, resolved, scale) -> torch.Tensor | None:
+        """The kept sum of ``resolved``'s rows (a stale step's), or ``None``."""
+        kept = self._kept.get(layer)
+        if resolved.version is None or kept is None or kept[1] is not scale or kept[0] != resolved.version:
+            return None
+        return kept[2]
+
+    def keep(self, layer: int, resolved, scale, total: torch.Tensor) -> None:
+        """``total`` was summed from ``resolved``'s rows: keep it, or the sum it updates."""
+        if resolved.version is not None:
+            self._kept[layer] = (resolved.version, scale, total)
+            return
+        if resolved.blend is None:
+            return
+        g, version = resolved.blend
+        kept = self._kept.get(layer)
+        if not g:
+            self._kept[layer] = (version, scale, total)
+        elif kept is not None and kept[1] is scale and kept[0] == version - 1:
+            self._kept[layer] = (version, scale, g * kept[2] + (1.0 - g) * total)
+        else:
+            self._kept.pop(layer, None)
+
+
 def _sub_block(block: GraphBlock, src, dst, num_src: int, rows: slice) -> GraphBlock:
     """The part of ``block`` whose edges are ``src -> dst`` over the source rows ``rows``
     (edge order kept: destination-sorted, as :func:`storage_tier.block.build_block` makes it)."""

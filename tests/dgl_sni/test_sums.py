@@ -11,7 +11,7 @@ import torch
 from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
 from dgl_sni.halo.resolver import HaloResolver, Origin
-from dgl_sni.halo.sums import HaloSplit
+from dgl_sni.halo.sums import HaloSplit, KeptSums
 from dgl_sni.metrics import Counters
 from dgl_sni.models import GCNLayer, SAGELayer, init_model
 from dpu_agent.client import InlineAgentClient
@@ -191,6 +191,54 @@ def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
             agent.close()
 
 
+@pytest.mark.parametrize("smooth", [0.0, 0.75])
+def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
+    """``--sync-halo summed``: a sync step sums its fresh rows and updates the kept sum as
+    the resolver's blend says; the stale steps after it reuse that, and it is the sum of
+    the rows the agent serves them (real resolver and inline agent, the cache predictor)."""
+    block, x, n_own = _partition_block("gcn")
+    split = HaloSplit(block, x)
+    ids = np.arange(split.num_halo, dtype=np.int64) * 3
+    scale = block.src_norm[n_own:]
+
+    class Source:  # new rows at every pull
+        origin = Origin.PULLED
+
+        def __init__(self, step):
+            self.step = step
+
+        def publish(self):
+            pass
+
+        def pull(self, _ids):
+            return np.random.default_rng(self.step).random((ids.size, 4)).astype(np.float32)
+
+        def peek(self):
+            return self.pull(None)
+
+    agent = InlineAgentClient()
+    try:
+        cfg = SNIConfig(sync_interval=3, warmup=2, predictor="cache", sampling_ratio=1.0, smooth=smooth)
+        res = HaloResolver(cfg, Counters(), table_id=1, ids=ids, dim=4, agent=lambda: agent,
+                           edge_counts=lambda i: np.ones(i.size))
+        kept, reused = KeptSums(), []
+        for step in range(9):  # steps 0, 1, 2, 5, 8 sync; 3-4 and 6-7 are stale
+            out = res.resolve(step, True, Source(step))
+            assert (out.blend is not None) == (out.version is None)
+            total = kept.reuse(1, out, scale)
+            reused.append(total is not None)
+            if total is None:
+                total = split.sum_rows(torch.from_numpy(out.rows), scale)
+                kept.keep(1, out, scale, total)
+            torch.testing.assert_close(total, split.sum_rows(torch.from_numpy(out.rows), scale),
+                                       rtol=1e-5, atol=1e-5)
+        assert reused == [False, False, False, True, True, False, True, True, False]
+        # a sum kept for other rows (another scale) is never taken for these
+        assert kept.reuse(1, res.resolve(9, True, Source(9)), scale.clone()) is None
+    finally:
+        agent.close()
+
+
 @pytest.mark.parametrize("model, tier, sync_interval, expect", [
     ("gcn", False, 5, True), ("sage", False, 5, True), ("gat", False, 5, False),
     ("gcn", True, 5, False), ("gcn", False, 1, False),
@@ -202,16 +250,19 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
     assert TrainConfig.from_dict(values).validate().stale_sums is expect
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
     # the sync steps of a summing run sum the halo input rows too, unless told not to
-    assert TrainConfig.from_dict(values).validate().sync_input_sums is expect
-    assert TrainConfig.from_dict(dict(values, sync_inputs="rows")).validate().sync_input_sums is False
+    assert TrainConfig.from_dict(values).validate().sync_sums == ("inputs" if expect else "rows")
+    assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().sync_sums == "rows"
+    for how in ("rows", "summed") if expect else ():
+        assert TrainConfig.from_dict(dict(values, sync_halo=how)).validate().sync_sums == how
 
 
 @pytest.mark.parametrize("values, problem", [
     (dict(model="gat", stale_halo="summed"), "gat is not"),
     (dict(storage_tier="/tmp/tier", stale_halo="summed"), "not supported with --storage-tier"),
     (dict(stale_halo="everything"), "--stale-halo must be one of summed, rows"),
-    (dict(stale_halo="rows", sync_inputs="summed"), "--sync-inputs summed needs stale epochs that take summed"),
-    (dict(sync_inputs="all"), "--sync-inputs must be one of summed, rows"),
+    (dict(stale_halo="rows", sync_halo="inputs"), "--sync-halo inputs needs stale epochs that take summed"),
+    (dict(stale_halo="rows", sync_halo="summed"), "--sync-halo summed needs stale epochs that take summed"),
+    (dict(sync_halo="all"), "--sync-halo must be one of inputs, summed, rows"),
 ])
 def test_summed_halo_rows_where_they_cannot_apply_are_refused_by_name(values, problem):
     with pytest.raises(ValueError, match=problem):
