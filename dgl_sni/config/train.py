@@ -82,8 +82,9 @@ class TrainConfig:
     def sync_sums(self) -> str:
         """How the sync training steps take their halo rows: ``rows`` (as interval 1) unless
         the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
-        where it is unset (``None``, the default) ``inputs``: the input rows are fixed, so
-        summing them changes only their dropout."""
+        where it is unset (``None``, the default) ``summed``: every layer sums its fresh halo
+        rows without dropout on them, and the stale steps after it reuse those sums (chosen
+        over seeds, see the README's "What was measured")."""
         if not self.stale_sums:
             return "rows"
         return self.sni.sync_halo or SYNC_HALO_DEFAULT

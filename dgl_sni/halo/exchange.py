@@ -157,8 +157,9 @@ class KVHaloExchange:
         if self.mode == "stale" and self._agents_lost():
             self.mode = "sync"  # an agent is gone: every trainer syncs until it is back
         if self.mode == "stale":
-            for resolver in self.resolvers.values():
-                resolver.prefetch(step)
+            for layer, resolver in self.resolvers.items():
+                if not self._sum_kept(layer):  # the rows are needed: let the agent start on them
+                    resolver.prefetch(step)
         elif training and self.cfg is not None:  # a sync step may score the agent's preview
             for resolver in self.resolvers.values():
                 resolver.prefetch_preview(step, own_rows=True)
@@ -318,7 +319,21 @@ class KVHaloExchange:
         recomputed only when the served rows changed (``Resolved.version``)."""
         return _HaloSumFunction.apply(owned, self, layer, split, scale)
 
+    def _sum_kept(self, layer: int) -> bool:
+        """A stale training step that sums halo rows and has the sum of the rows the cache
+        serves now (kept at the last sync, ``--sync-halo summed``): the rows are not needed."""
+        if not self.sums_halo() or self.mode != "stale":
+            return False
+        version = self.resolvers[layer].cache_version()
+        return version is not None and self._sums.version(layer) == version
+
     def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
+        if self._sum_kept(layer):
+            resolver = self.resolvers[layer]
+            total = self._sums.get(layer, resolver.cache_version(), scale)
+            if total is not None:
+                resolver.count_cached()
+                return total
         resolved = self._resolve(layer, owned)
         total = self._sums.reuse(layer, resolved, scale)
         if total is None:

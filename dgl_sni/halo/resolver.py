@@ -329,6 +329,25 @@ class HaloResolver:
         transfer.on_sync(own)
         return time.perf_counter() - start
 
+    def cache_version(self) -> int | None:
+        """The :attr:`Resolved.version` a stale training step would have, where it is known
+        without asking the agent: with the ``cache`` predictor and nothing that changes rows
+        after the agent serves them (no drift transfer, adaptive pulls, staleness measurement
+        or stale evaluation), every row is the cache's last observation; ``None`` otherwise."""
+        cfg = self.cfg
+        if self.table is None or not self.table.has_history or cfg.predictor != "cache" \
+                or self.transfer is not None or cfg.sync_policy == "adaptive" or cfg.measure_staleness \
+                or cfg.stale_eval:
+            return None
+        return self.table.observations
+
+    def count_cached(self) -> None:
+        """A stale training step whose caller reuses what it computed from the rows of
+        :meth:`cache_version`, without asking the agent for them: its rows are counted as the
+        cache's, as :meth:`resolve` would have."""
+        self.settle()
+        self._count(_origins(self.table.num_rows, Origin.CACHED))
+
     def prefetch(self, step: int) -> None:
         """Let the agent start computing a stale step's rows (returns at once)."""
         self.settle()

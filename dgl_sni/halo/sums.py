@@ -95,12 +95,21 @@ class KeptSums:
     def __init__(self):
         self._kept = {}  # layer -> (version, scale, sum)
 
-    def reuse(self, layer: int, resolved, scale) -> torch.Tensor | None:
-        """The kept sum of ``resolved``'s rows (a stale step's), or ``None``."""
+    def version(self, layer: int) -> int | None:
+        """The version of the rows whose sum is kept for ``layer`` (``None``: none kept)."""
         kept = self._kept.get(layer)
-        if resolved.version is None or kept is None or kept[1] is not scale or kept[0] != resolved.version:
+        return None if kept is None else kept[0]
+
+    def get(self, layer: int, version: int | None, scale) -> torch.Tensor | None:
+        """The kept sum of the rows of ``version`` scaled by ``scale``, or ``None``."""
+        kept = self._kept.get(layer)
+        if version is None or kept is None or kept[1] is not scale or kept[0] != version:
             return None
         return kept[2]
+
+    def reuse(self, layer: int, resolved, scale) -> torch.Tensor | None:
+        """The kept sum of ``resolved``'s rows (a stale step's), or ``None``."""
+        return self.get(layer, resolved.version, scale)
 
     def keep(self, layer: int, resolved, scale, total: torch.Tensor) -> None:
         """``total`` was summed from ``resolved``'s rows: keep it, or the sum it updates."""

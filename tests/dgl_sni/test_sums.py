@@ -177,16 +177,20 @@ def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
             cfg = SNIConfig(sync_interval=3, warmup=1, predictor=predictor, sampling_ratio=1.0, smooth=0.5)
             res = HaloResolver(cfg, Counters(), table_id=1, ids=ids, dim=3, agent=lambda: agent,
                                edge_counts=lambda i: np.ones(i.size))
-            versions = {}
+            versions, known = {}, {}
             for step in range(8):
+                known[step] = res.cache_version()  # what the step will serve, without the agent
                 out = res.resolve(step, True, Source())
                 versions[step] = out.version
             # steps 0, 1, 4, 7 sync; 2-3 and 5-6 are stale
             assert [versions[s] for s in (0, 1, 4, 7)] == [None] * 4
             if versioned:  # the same rows within a period, new ones after the next sync
                 assert versions[2] == versions[3] != versions[5] == versions[6]
+                assert all(known[s] == versions[s] for s in (2, 3, 5, 6))
             else:
                 assert all(versions[s] is None for s in (2, 3, 5, 6))
+                assert all(known[s] is None for s in range(8))
+            assert known[0] is None  # nothing observed yet
         finally:
             agent.close()
 
@@ -250,9 +254,9 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
     assert TrainConfig.from_dict(values).validate().stale_sums is expect
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
     # the sync steps of a summing run sum the halo input rows too, unless told not to
-    assert TrainConfig.from_dict(values).validate().sync_sums == ("inputs" if expect else "rows")
+    assert TrainConfig.from_dict(values).validate().sync_sums == ("summed" if expect else "rows")
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().sync_sums == "rows"
-    for how in ("rows", "summed") if expect else ():
+    for how in ("rows", "inputs") if expect else ():
         assert TrainConfig.from_dict(dict(values, sync_halo=how)).validate().sync_sums == how
 
 

@@ -27,8 +27,9 @@ RUNS = {
     # gradients are the same, so served, summed and reused ones must give the exact gradients
     **{f"frozen-{name}": dict(predictor="cache", lr=1e-30, dropout=0.0, weight_decay=0.0, quantize=0, **extra)
        for name, extra in (("rows", dict(stale_halo="rows", stale_grad="exchange")),
-                           ("summed", dict(stale_halo="summed", stale_grad="exchange")),
-                           ("last", dict(stale_halo="summed", stale_grad="last")))},
+                           ("summed", dict(stale_halo="summed", stale_grad="exchange", sync_halo="rows")),
+                           ("last", dict(stale_halo="summed", stale_grad="last", sync_halo="inputs")),
+                           ("sync-summed", dict(stale_halo="summed", stale_grad="last")))},
 }
 
 
@@ -66,15 +67,16 @@ def test_stale_epochs_pull_nothing_and_serve_every_halo_row(runs):
 
 @needs_netns
 def test_stale_epochs_move_nothing_by_default_and_push_gradients_when_asked(runs):
-    """By default a stale epoch serves the cache (never a prediction), sums the halo rows once
-    per sync period (the cache's rows change only at a sync; 2 hidden layers, every worker its
-    own halo) and pushes no halo gradient; ``--stale-grad exchange`` pushes them."""
+    """By default a stale epoch serves the cache (never a prediction) and sums no halo row: the
+    sync epochs sum their fresh rows and update the sums of the cache's rows, which change only
+    there (2 hidden layers, every worker its own halo); it pushes no halo gradient;
+    ``--stale-grad exchange`` pushes them."""
     (metrics, _), (epochs, halo) = runs["defaults"], _epochs(runs, "defaults")
-    assert {k: metrics["in_effect"][k] for k in ("quantize", "smooth", "stale_halo")} == \
-        dict(quantize=8, smooth=0.75, stale_halo="summed")
+    assert {k: metrics["in_effect"][k] for k in ("quantize", "smooth", "stale_halo", "sync_halo")} == \
+        dict(quantize=8, smooth=0.75, stale_halo="summed", sync_halo="summed")
     assert (metrics["config"]["predictor"], metrics["config"]["stale_grad"]) == ("cache", "last")
     assert all(e.get("predicted_rows", 0) == 0 for e in epochs)
-    assert [e.get("summed_rows", 0) for e in epochs] == [0, 0, 0, 2 * halo, 0, 0, 0, 2 * halo, 0, 0]
+    assert [e.get("summed_rows", 0) for e in epochs] == [2 * halo] * 3 + [0] * 3 + [2 * halo] + [0] * 3
     assert all(e["cached_rows"] == 2 * halo for e in epochs if e["mode"] == "stale")
     assert all(e["bytes_sent"] == e["bytes_recv"] == 0 for e in epochs if e["mode"] == "stale")
     assert all(e["bytes_sent"] > 0 and e["bytes_recv"] > 0 for e in epochs if e["mode"] == "sync")
@@ -194,21 +196,30 @@ def test_with_frozen_weights_summed_rows_and_reused_gradients_give_the_exact_gra
     layer their sum; ``--stale-grad last`` gives owned rows the average of the gradients
     received at syncs. With the weights frozen all of these equal the true ones, so every
     epoch's loss and Adam's moments (which add up every step's gradient) must match the run
-    whose stale epochs take the rows as fresh ones and push their halo gradients."""
+    whose stale epochs take the rows as fresh ones and push their halo gradients, whichever
+    way the sync epochs take their halo rows (``--sync-halo rows``, ``inputs``, ``summed``)."""
     import torch
 
-    (rows, rows_ckpt), (summed, summed_ckpt), (last, last_ckpt) = (
-        runs[f"frozen-{name}"] for name in ("rows", "summed", "last"))
+    (rows, rows_ckpt), (summed, summed_ckpt), (last, last_ckpt), (sync, sync_ckpt) = (
+        runs[f"frozen-{name}"] for name in ("rows", "summed", "last", "sync-summed"))
     assert [e["mode"] for e in rows["epochs"]].count("stale") == 6
-    assert sum(e.get("summed_rows", 0) for e in summed["epochs"]) > 0
+    assert sum(e.get("summed_rows", 0) for e in summed["epochs"]) > 0  # summed on stale epochs only
+    assert all(e.get("summed_rows", 0) == 0 for e in summed["epochs"] if e["mode"] == "sync")
     assert all(e.get("summed_rows", 0) == 0 for e in rows["epochs"])
     assert all(e["bytes_sent"] == 0 for e in last["epochs"] if e["mode"] == "stale")  # nothing pushed
-    for other in (summed, last):
+    # --sync-halo summed: the syncs sum their fresh rows, the stale epochs reuse the updated sums
+    assert all((e.get("summed_rows", 0) > 0) == (e["mode"] == "sync") for e in sync["epochs"])
+    # ... without asking the agent for the rows they no longer need (still counted as the cache's)
+    halo = sum(w["halo_nodes"] for w in sync["summary"]["workers"])
+    assert all(e["cached_rows"] == 2 * halo and e.get("agent_wait_s", 0) == 0
+               for e in sync["epochs"] if e["mode"] == "stale")
+    assert any(e.get("agent_wait_s", 0) > 0 for e in summed["epochs"] if e["mode"] == "stale")
+    for other in (summed, last, sync):
         for a, b in zip(rows["epochs"], other["epochs"]):
             assert a["mode"] == b["mode"] and abs(a["loss"] - b["loss"]) < 1e-5 * abs(a["loss"]), (a, b)
     final = f"epoch_{BASE['epochs'] - 1}.pt"
     want = torch.load(rows_ckpt / final)["optimizer"]["state"]
-    for ckpt in (summed_ckpt, last_ckpt):
+    for ckpt in (summed_ckpt, last_ckpt, sync_ckpt):
         got = torch.load(ckpt / final)["optimizer"]["state"]
         for key in want:
             for moment in ("exp_avg", "exp_avg_sq"):
