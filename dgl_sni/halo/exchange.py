@@ -158,7 +158,7 @@ class KVHaloExchange:
             self.mode = "sync"  # an agent is gone: every trainer syncs until it is back
         if self.mode == "stale":
             for layer, resolver in self.resolvers.items():
-                if not self._sum_kept(layer):  # the rows are needed: let the agent start on them
+                if self._kept_version(layer) is None:  # the rows are needed: let the agent start on them
                     resolver.prefetch(step)
         elif training and self.cfg is not None:  # a sync step may score the agent's preview
             for resolver in self.resolvers.values():
@@ -319,23 +319,22 @@ class KVHaloExchange:
         recomputed only when the served rows changed (``Resolved.version``)."""
         return _HaloSumFunction.apply(owned, self, layer, split, scale)
 
-    def _sum_kept(self, layer: int) -> bool:
-        """A stale training step that sums halo rows and has the sum of the rows the cache
-        serves now (kept at the last sync, ``--sync-halo summed``): the rows are not needed."""
-        if not self.sums_halo() or self.mode != "stale":
-            return False
+    def _kept_version(self, layer: int) -> int | None:
+        """On a stale training step that sums halo rows: the version of the rows the cache
+        serves now where their sum is kept (updated at the last sync, ``--sync-halo summed``),
+        so the rows are not needed; ``None`` otherwise."""
+        if self.mode != "stale" or not self.sums_halo():
+            return None
         version = self.resolvers[layer].cache_version()
-        return version is not None and self._sums.version(layer) == version
+        return version if version is not None and self._sums.version(layer) == version else None
 
     def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
-        if self._sum_kept(layer):
-            resolver = self.resolvers[layer]
-            total = self._sums.get(layer, resolver.cache_version(), scale)
-            if total is not None:
-                resolver.count_cached()
-                return total
+        total = self._sums.get(layer, self._kept_version(layer), scale)
+        if total is not None:
+            self.resolvers[layer].count_cached()
+            return total
         resolved = self._resolve(layer, owned)
-        total = self._sums.reuse(layer, resolved, scale)
+        total = self._sums.get(layer, resolved.version, scale)
         if total is None:
             total = split.sum_rows(torch.from_numpy(np.ascontiguousarray(resolved.rows)), scale)
             self.counters.add("summed_rows", int(resolved.rows.shape[0]))

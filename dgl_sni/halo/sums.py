@@ -101,15 +101,12 @@ class KeptSums:
         return None if kept is None else kept[0]
 
     def get(self, layer: int, version: int | None, scale) -> torch.Tensor | None:
-        """The kept sum of the rows of ``version`` scaled by ``scale``, or ``None``."""
+        """The kept sum of the rows of ``version`` (a stale step's :attr:`Resolved.version`)
+        scaled by ``scale``, or ``None``."""
         kept = self._kept.get(layer)
         if version is None or kept is None or kept[1] is not scale or kept[0] != version:
             return None
         return kept[2]
-
-    def reuse(self, layer: int, resolved, scale) -> torch.Tensor | None:
-        """The kept sum of ``resolved``'s rows (a stale step's), or ``None``."""
-        return self.get(layer, resolved.version, scale)
 
     def keep(self, layer: int, resolved, scale, total: torch.Tensor) -> None:
         """``total`` was summed from ``resolved``'s rows: keep it, or the sum it updates."""

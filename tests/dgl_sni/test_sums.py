@@ -229,7 +229,7 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
         for step in range(9):  # steps 0, 1, 2, 5, 8 sync; 3-4 and 6-7 are stale
             out = res.resolve(step, True, Source(step))
             assert (out.blend is not None) == (out.version is None)
-            total = kept.reuse(1, out, scale)
+            total = kept.get(1, out.version, scale)
             reused.append(total is not None)
             if total is None:
                 total = split.sum_rows(torch.from_numpy(out.rows), scale)
@@ -238,7 +238,7 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
                                        rtol=1e-5, atol=1e-5)
         assert reused == [False, False, False, True, True, False, True, True, False]
         # a sum kept for other rows (another scale) is never taken for these
-        assert kept.reuse(1, res.resolve(9, True, Source(9)), scale.clone()) is None
+        assert kept.get(1, res.resolve(9, True, Source(9)).version, scale.clone()) is None
     finally:
         agent.close()
 
