@@ -39,17 +39,29 @@ class HaloLinear(abc.ABC):
 
     * ``halo_scale(block)``: the per-source-row factor a halo row is multiplied by before
       it is summed into a destination (``None``: 1);
-    * ``forward_summed(split, h_own, halo_sum)``: the layer's output from its owned source
-      rows (aggregated over ``split.local``) and ``halo_sum``, the sum over the halo
-      in-edges of ``scale * h_u``. Equals ``forward`` over the whole block to float
-      rounding when ``halo_sum`` is the sum of the same rows.
+    * ``local_sum(split, h_own)``: the aggregation over the owned source rows
+      (``split.local``), as far as it goes without the halo rows;
+    * ``combine(split, h_own, local, halo_sum)``: the layer's output from it and
+      ``halo_sum``, the sum over the halo in-edges of ``scale * h_u``.
+
+    ``forward_summed`` is the two in turn; the model's summed pass calls them apart, so a
+    sync step aggregates its owned rows while the halo rows are on the wire. Equals
+    ``forward`` over the whole block to float rounding when ``halo_sum`` is the sum of the
+    same rows.
     """
 
     @abc.abstractmethod
     def halo_scale(self, block: GraphBlock) -> torch.Tensor | None: ...
 
     @abc.abstractmethod
-    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor: ...
+    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+                halo_sum: torch.Tensor) -> torch.Tensor: ...
+
+    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
+        return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
 
 
 class GCNLayer(nn.Module, HaloLinear):
@@ -76,14 +88,22 @@ class GCNLayer(nn.Module, HaloLinear):
     def halo_scale(self, block: GraphBlock) -> torch.Tensor:
         return block.src_norm
 
-    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
+    def _projects_first(self) -> bool:
+        return self.weight.shape[0] > self.weight.shape[1]
+
+    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
         local = split.local
-        if self.weight.shape[0] > self.weight.shape[1]:
-            h = dops.copy_u_sum(local.graph, project(h_own, self.weight) * local.src_norm) \
-                + project(halo_sum, self.weight)
+        if self._projects_first():
+            return dops.copy_u_sum(local.graph, project(h_own, self.weight) * local.src_norm)
+        return dops.copy_u_sum(local.graph, h_own * local.src_norm)
+
+    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+                halo_sum: torch.Tensor) -> torch.Tensor:
+        if self._projects_first():
+            h = local + project(halo_sum, self.weight)
         else:
-            h = project(dops.copy_u_sum(local.graph, h_own * local.src_norm) + halo_sum, self.weight)
-        return h * local.dst_norm + self.bias
+            h = project(local + halo_sum, self.weight)
+        return h * split.local.dst_norm + self.bias
 
 
 class _HeadAndAll(torch.autograd.Function):
@@ -144,12 +164,20 @@ class SAGELayer(nn.Module, HaloLinear):
     def halo_scale(self, block: GraphBlock) -> None:
         return None
 
-    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
-        graph, fc = split.local.graph, self.fc_neigh
-        if fc.in_features > fc.out_features:
-            neigh = (dops.copy_u_sum(graph, fc(h_own)) + fc(halo_sum)) / split.in_degree
+    def _projects_first(self) -> bool:
+        return self.fc_neigh.in_features > self.fc_neigh.out_features
+
+    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
+        graph = split.local.graph
+        return dops.copy_u_sum(graph, self.fc_neigh(h_own) if self._projects_first() else h_own)
+
+    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+                halo_sum: torch.Tensor) -> torch.Tensor:
+        fc = self.fc_neigh
+        if self._projects_first():
+            neigh = (local + fc(halo_sum)) / split.in_degree
         else:
-            neigh = fc((dops.copy_u_sum(graph, h_own) + halo_sum) / split.in_degree)
+            neigh = fc((local + halo_sum) / split.in_degree)
         return self.fc_self(h_own) + neigh
 
 
@@ -268,7 +296,9 @@ class FullGraphGNN(nn.Module):
                        dropout_seed: int = 0, rows: "tuple[GraphBlock, HaloExchange] | None" = None) -> torch.Tensor:
         """A training pass whose layers take the sum of their halo rows (a stale step, see
         :mod:`dgl_sni.halo.sums`): the owned rows only, dropped as in :meth:`forward`, and
-        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``.
+        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``
+        (asked for with ``halo.start_halo_sum`` before the owned rows are aggregated, so the
+        rows it needs travel meanwhile).
         With ``rows`` (the whole block and its exchange), only the input layer takes the sum;
         the layers above take their halo rows as rows, as in :meth:`forward` (a sync step of
         a run whose stale steps sum: the input rows never change, only their dropout would)."""
@@ -286,10 +316,12 @@ class FullGraphGNN(nn.Module):
                 h = layer(block, h, drop)
             else:
                 scale = layer.halo_scale(split.halo)
+                if i > 0:  # the halo rows (if needed) travel while the owned rows are aggregated
+                    h = halo.start_halo_sum(i, h)
+                h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
+                local = layer.local_sum(split, h_own)
                 halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
-                if drop is not None:
-                    h = drop(h, split.local.src_keys, "feat")
-                h = layer.forward_summed(split, h, halo_sum)
+                h = layer.combine(split, h_own, local, halo_sum)
             if i < self.num_layers - 1:
                 h = F.relu(h)
         return h

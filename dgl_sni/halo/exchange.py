@@ -16,6 +16,11 @@ barrier is needed before the layer; their halo gradients are still pushed
 gets the gradient the others sent it at the syncs, averaged over syncs with the rows'
 smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
 (:mod:`dgl_sni.halo.sums`) gets each layer's sum from :meth:`KVHaloExchange.halo_sum`.
+Where its sync steps sum too (``--sync-halo summed``), communication overlaps compute:
+:meth:`KVHaloExchange.start_halo_sum` publishes a layer's owned rows and sends its pull
+before the trainer aggregates them, and the rows are received when the sum is taken;
+backward pushes the halo gradients in the sum's node and receives the others' in the
+node ``start_halo_sum`` made, after the owned aggregation's backward ran.
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
@@ -93,6 +98,7 @@ class KVHaloExchange:
         self._last_grad = {}  # layer -> gradient received for owned rows at the last exact step
         self._sync_grad = {}  # stale_grad "last": layer -> gradient received at the last sync step
         self._grad_pending = False  # pushes of the last pipelined step not yet flushed
+        self._started = {}  # layer -> _StartedSource: a sync step's halo rows on the wire, not yet used
         self._last_training_step = None
         self.tier_backed = tensors.tier_root is not None
         self.quantize, self.seed, self.dims = tensors.quantize, seed, tensors.dims
@@ -178,6 +184,9 @@ class KVHaloExchange:
         Called by the worker at the end of each training step, and by :meth:`begin_step`."""
         for resolver in self.resolvers.values():
             resolver.settle()
+        for source in self._started.values():  # sent for, never used (a pass that failed): received
+            source.pull(None)
+        self._started.clear()
         if not self._in_flight and not self._grad_pending:
             return
         with self.counters.timing("comm_s"):
@@ -273,6 +282,10 @@ class KVHaloExchange:
         counting payload bytes and time."""
         with self.counters.timing("comm_s"):
             rows = self._halo_rows(tensor) if ids is None else tensor[ids]
+        return self._pulled(rows)
+
+    def _pulled(self, rows: torch.Tensor) -> torch.Tensor:
+        """Count rows that arrived from a pull (payload bytes and rows)."""
         self.counters.bytes_recv += rows.numel() * rows.element_size()
         self.counters.add("pulled_rows", int(rows.shape[0]))
         return rows
@@ -288,7 +301,7 @@ class KVHaloExchange:
         own = owned.detach().numpy() if resolver.transfer is not None and self.training \
             and isinstance(owned, torch.Tensor) else None
         pipelined = self.mode == "pipelined"
-        source = (_PipelinedSource if pipelined else _LayerSource)(self, layer, owned)
+        source = self._started.pop(layer, None) or (_PipelinedSource if pipelined else _LayerSource)(self, layer, owned)
         resolved = resolver.resolve(self.step, self.training, source, own=own,
                                     mode="sync" if pipelined else self.mode)
         if self.pipeline_from is not None and self.training and not pipelined:
@@ -312,6 +325,18 @@ class KVHaloExchange:
         """The current step is a training step that takes the sum of the halo input rows:
         in a run that sums on stale steps, every one unless its sync steps take rows."""
         return self.sum_stale and self.training and (self.mode == "stale" or self.sync_sums != "rows")
+
+    def start_halo_sum(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        """Start moving layer ``layer``'s halo rows where its sum needs them (a sync step:
+        publish ``owned``, send the pull); returns ``owned`` as the input of :meth:`halo_sum`
+        (see :class:`~dgl_sni.halo.sums.HaloSums`), through a node whose backward receives
+        the gradient the others sent for the owned rows, after every other use of them."""
+        return _HaloGate.apply(owned, self, layer)
+
+    def _start_rows(self, layer: int, owned: torch.Tensor) -> None:
+        if self.training and self.mode == "sync" and self.sums_halo() and not self.tier_backed \
+                and self.halo_gids.numel():
+            self._started[layer] = _StartedSource(self, layer, owned)
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:
@@ -348,14 +373,25 @@ class KVHaloExchange:
     def backward_rows(self, layer: int, grad_halo: torch.Tensor | None) -> torch.Tensor:
         """Send halo gradients to their owners; return the gradient others sent for owned rows
         (``grad_halo`` may be ``None`` where :meth:`pushes_halo_grad` says none is sent)."""
+        if self.mode == "pipelined":
+            return self._pipelined_backward(layer, grad_halo)
+        self._send_grad(layer, grad_halo)
+        return self._received_grad(layer)
+
+    def _send_grad(self, layer: int, grad_halo: torch.Tensor | None) -> None:
+        """Push the halo gradients where this step sends them (not flushed)."""
+        if self.pushes_halo_grad():
+            self._push(layer, grad_halo)
+
+    def _received_grad(self, layer: int) -> torch.Tensor:
+        """The gradient for owned rows: what the others pushed (flushed: after
+        :meth:`_send_grad`), or on a step that sends none the gradients of the syncs
+        (``last``) or zeros. The exchange may keep it: callers add it out of place."""
         if not self.pushes_halo_grad():
             last = self._sync_grad.get(layer) if self.cfg.stale_grad == "last" else None
             if last is not None:
                 return last.clone()  # autograd may add into what it is given; the kept one stays
             return torch.zeros((self.num_owned, self.dims[layer - 1]))
-        if self.mode == "pipelined":
-            return self._pipelined_backward(layer, grad_halo)
-        self._push(layer, grad_halo)
         with self.counters.timing("comm_s"):
             self.halo_set.flush()  # the owners applied the pushes
         self.collective.barrier()
@@ -435,6 +471,30 @@ class _LayerSource:
         return true
 
 
+class _StartedSource(_LayerSource):
+    """A sync step's halo rows sent for before the layer needs them: made after the owned
+    rows are computed, it publishes them and sends the pull at once; ``pull`` receives the
+    rows (the trainer aggregates its owned rows meanwhile)."""
+
+    def __init__(self, exchange: KVHaloExchange, layer: int, owned: Owned):
+        super().__init__(exchange, layer, owned)
+        super().publish()
+        with exchange.counters.timing("comm_s"):
+            tensor = exchange.emb[layer]
+            self._pending = exchange.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition)
+
+    def publish(self) -> None:
+        pass  # done when made
+
+    def pull(self, ids: np.ndarray | None) -> np.ndarray:
+        if ids is not None:
+            raise ValueError("a started pull fetches every halo row of its layer")
+        ex = self.exchange
+        with ex.counters.timing("comm_s"):
+            rows = self._pending.wait()
+        return self._rows(ex._pulled(rows))
+
+
 class _PipelinedSource(_LayerSource):
     """A pipelined step's halo rows: ``pull`` sends this step's pull, leaves it on the wire
     (completed at the end of the step) and answers with the previous training step's rows."""
@@ -472,9 +532,28 @@ class _ExchangeFunction(torch.autograd.Function):
         return grad_owned + received, None, None
 
 
+class _HaloGate(torch.autograd.Function):
+    """Autograd node: ``owned = gate(owned)``, made before a summing layer uses its owned
+    rows. Forward starts the halo rows' pull where the step needs them; backward runs once
+    every use of the owned rows has its gradient (after :class:`_HaloSumFunction` pushed the
+    halo gradients, so the owned rows' backward ran while they travelled) and adds the
+    gradient the others sent for the owned rows."""
+
+    @staticmethod
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int):
+        ctx.exchange, ctx.layer = exchange, layer
+        exchange._start_rows(layer, owned)
+        return owned.view_as(owned)
+
+    @staticmethod
+    def backward(ctx, grad_owned):
+        return grad_owned + ctx.exchange._received_grad(ctx.layer), None, None
+
+
 class _HaloSumFunction(torch.autograd.Function):
     """Autograd node: ``sum = halo_sum(owned)``; backward pushes the halo rows' gradient
-    (``scale * A_halo^T dL/dsum``) and returns the gradient the others sent for ``owned``."""
+    (``scale * A_halo^T dL/dsum``); the gradient the others sent for ``owned`` is added by
+    the :class:`_HaloGate` ``owned`` came through."""
 
     @staticmethod
     def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split: HaloSplit, scale):
@@ -484,5 +563,6 @@ class _HaloSumFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_sum):
         ex = ctx.exchange
-        grad_halo = ctx.split.rows_grad(grad_sum, ctx.scale) if ex.pushes_halo_grad() else None
-        return ex.backward_rows(ctx.layer, grad_halo), None, None, None, None
+        if ex.pushes_halo_grad():
+            ex._send_grad(ctx.layer, ctx.split.rows_grad(grad_sum, ctx.scale))
+        return None, None, None, None, None

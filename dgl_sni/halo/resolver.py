@@ -295,6 +295,7 @@ class HaloResolver:
         self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
         self._average = None  # smoothing > 0: the exponential average of the synced rows
+        self._spare = None  # the average before it: the buffer of the next one
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
         self._scoring: Future | None = None  # a sync step's transfer scoring, running in the background
 
@@ -418,7 +419,8 @@ class HaloResolver:
             table.preview(step)
         synced = table.synced  # observe replaces it (a new array): the scoring keeps the old one
         g = self.cfg.smoothing if self._average is not None else 0.0
-        table.observe(step, self._smoothed(fresh))
+        smoothed = self._smoothed(fresh)
+        table.observe(step, smoothed, handed=smoothed is self._average)  # the average: not changed again
         resolved.blend = (g, table.observations)
         if own is not None and transfer is not None:  # off the critical path (see settle)
             self._scoring = _scorer().submit(self._score_sync, synced, np.array(own, dtype=np.float32),
@@ -437,8 +439,15 @@ class HaloResolver:
                 return fresh
             self._average = np.array(fresh, dtype=np.float32, copy=True)
         elif rows is None:
-            self._average *= g
-            self._average += (1.0 - g) * fresh
+            # S * old + (1 - S) * fresh as fresh + S * (old - fresh), written into the average
+            # of the sync before last: nothing reads that one any more (the table holds the last
+            # average, the scoring that read the one before was settled), so no array is made
+            spare = self._spare if self._spare is not None and self._spare.shape == fresh.shape \
+                else np.empty_like(self._average)
+            np.subtract(self._average, fresh, out=spare)
+            spare *= g
+            spare += fresh
+            self._spare, self._average = self._average, spare
         else:
             self._average[rows] = g * self._average[rows] + (1.0 - g) * fresh
             return self._average[rows]

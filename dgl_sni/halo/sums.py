@@ -144,10 +144,15 @@ class HaloSums(Protocol):
       of a run that asked for them);
     * ``sums_inputs()``: the current training step takes the sum of the halo input rows
       (layer 0), its other layers taking halo rows as rows unless ``sums_halo()``;
+    * ``start_halo_sum(layer, owned)``: called with layer ``layer``'s owned input rows
+      before the layer uses them; starts moving the halo rows where the sum needs them and
+      returns the owned rows for the layer to use (the same values; its backward may add
+      the gradient the others sent for them, once all their uses have theirs);
     * ``halo_sum(layer, owned, split, scale)``: the sum (:meth:`HaloSplit.sum_rows`) of the
-      halo rows of layer ``layer``'s input, whose owned rows are ``owned``; differentiable
-      in ``owned``: backward pushes the halo rows' gradients and returns the gradient the
-      others sent for the owned rows.
+      halo rows of layer ``layer``'s input, ``owned`` being what ``start_halo_sum``
+      returned; differentiable in ``owned``: backward pushes the halo rows' gradients, and
+      the gradient the others sent for the owned rows reaches them here or through
+      ``start_halo_sum``.
 
     Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
     :meth:`~dgl_sni.models.FullGraphGNN.forward_summed`.
@@ -156,6 +161,8 @@ class HaloSums(Protocol):
     def sums_halo(self) -> bool: ...
 
     def sums_inputs(self) -> bool: ...
+
+    def start_halo_sum(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor: ...

@@ -82,15 +82,17 @@ class HaloTable:
         """What the agent would serve at ``step``, without advancing any state."""
         return self.served(step, preview=True)
 
-    def observe(self, step: int, rows: np.ndarray, row_ids: np.ndarray | None = None) -> None:
+    def observe(self, step: int, rows: np.ndarray, row_ids: np.ndarray | None = None,
+                handed: bool = False) -> None:
         """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``; re-seeds
-        an agent that came back since the last sync."""
+        an agent that came back since the last sync. ``handed``: the caller will not change
+        ``rows`` (all of them) while the table holds them, so they are kept without a copy."""
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         self.observations += 1
         if row_ids is None:
-            self.synced = rows.copy()
+            self.synced = rows if handed else rows.copy()
         elif self.synced is not None:
             self.synced[row_ids] = rows
         if not self.agent.alive:

@@ -10,6 +10,7 @@ import torch
 
 from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
+from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
 from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.halo.sums import HaloSplit, KeptSums
 from dgl_sni.metrics import Counters
@@ -72,6 +73,9 @@ class _ExactSums:
 
     def sums_inputs(self):
         return True
+
+    def start_halo_sum(self, layer, owned):
+        return owned
 
     def halo_sum(self, layer, owned, split, scale):
         return split.sum_rows(self.rows[layer][self.n_own:], scale)
@@ -271,3 +275,80 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
 def test_summed_halo_rows_where_they_cannot_apply_are_refused_by_name(values, problem):
     with pytest.raises(ValueError, match=problem):
         TrainConfig.from_dict(dict(values, sync_interval=5)).validate()
+
+
+class _Mark(torch.autograd.Function):
+    """Identity whose backward records an event (the gradient of what it wraps is complete)."""
+
+    @staticmethod
+    def forward(ctx, x, events, event):
+        ctx.events, ctx.event = events, event
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.events.append(ctx.event)
+        return grad, None, None
+
+
+class _RecordingExchange:
+    """The exchange's side of a summed pass, recording when rows and gradients would move;
+    the autograd nodes are the real ones (dgl_sni.halo.exchange)."""
+
+    def __init__(self, rows, events, n_own):
+        self.rows, self.events, self.n_own = rows, events, n_own
+
+    def sums_halo(self):
+        return True
+
+    def sums_inputs(self):
+        return True
+
+    def start_halo_sum(self, layer, owned):
+        return _HaloGate.apply(owned, self, layer)
+
+    def halo_sum(self, layer, owned, split, scale):
+        return _HaloSumFunction.apply(owned, self, layer, split, scale)
+
+    def _start_rows(self, layer, owned):
+        self.events.append(("pull sent", layer))
+
+    def _summed(self, layer, owned, split, scale):
+        self.events.append(("rows used", layer))
+        return split.sum_rows(self.rows[layer], scale)
+
+    def pushes_halo_grad(self):
+        return True
+
+    def _send_grad(self, layer, grad_halo):
+        self.events.append(("gradients pushed", layer))
+
+    def _received_grad(self, layer):
+        self.events.append(("gradients received", layer))
+        return torch.zeros(self.n_own, self.rows[layer].shape[1])
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_a_summing_sync_step_aggregates_its_owned_rows_while_halo_rows_travel(model):
+    """Forward: a layer's halo pull is sent before its owned rows are aggregated and
+    received after; backward: its halo gradients are pushed before the owned rows'
+    aggregation is differentiated, and the others' gradients received after it."""
+    block, x, n_own = _partition_block(model)
+    net = init_model(0, model, x.shape[1], 8, 4, 3, dropout=0.5)
+    events = []
+    exchange = _RecordingExchange({layer: torch.rand(block.num_src - n_own, 8) for layer in (1, 2)}, events, n_own)
+    for i, layer in enumerate(net.layers):
+        original = layer.local_sum
+
+        def local_sum(split, h_own, original=original, i=i):
+            events.append(("owned aggregated", i))
+            return original(split, _Mark.apply(h_own, events, ("owned aggregation differentiated", i)))
+        layer.local_sum = local_sum
+    out = net.forward_summed(HaloSplit(block, x), exchange)
+    forward = list(events)
+    assert [e for e in forward if e[1] > 0] == [("pull sent", 1), ("owned aggregated", 1), ("rows used", 1),
+                                               ("pull sent", 2), ("owned aggregated", 2), ("rows used", 2)]
+    out.pow(2).sum().backward()
+    backward = [e for e in events[len(forward):] if e[1] > 0]
+    assert backward == [("gradients pushed", 2), ("owned aggregation differentiated", 2), ("gradients received", 2),
+                        ("gradients pushed", 1), ("owned aggregation differentiated", 1), ("gradients received", 1)]
