@@ -274,18 +274,40 @@ class FullGraphGNN(nn.Module):
 
     def forward(self, block: GraphBlock, x_src: torch.Tensor,
                 exchange: HaloExchange = identity_exchange, step: int = 0,
-                dropout_seed: int = 0) -> torch.Tensor:
+                dropout_seed: int = 0, split: "HaloSplit | None" = None) -> torch.Tensor:
+        """With ``split`` (``block``'s :class:`~dgl_sni.halo.sums.HaloSplit`) and an exchange
+        that can hand halo rows apart (:class:`~dgl_sni.halo.sums.SplitHalo`), the GCN and
+        SAGE layers above the input aggregate their owned rows while the halo rows travel."""
+        from .halo.sums import SplitHalo
+        apart = split is not None and isinstance(exchange, SplitHalo) and exchange.takes_rows_apart()
         h = x_src
         for i, layer in enumerate(self.layers):
-            if i > 0:
-                h = exchange(i, h)
             drop = self._dropper(step, i, dropout_seed)
-            if drop is not None:
-                h = drop(h, block.src_keys, "feat")
-            h = layer(block, h, drop)
+            if i > 0 and apart and isinstance(layer, HaloLinear):
+                h = self._rows_apart(layer, i, h, split, exchange, drop)
+            else:
+                if i > 0:
+                    h = exchange(i, h)
+                if drop is not None:
+                    h = drop(h, block.src_keys, "feat")
+                h = layer(block, h, drop)
             if i < self.num_layers - 1:
                 h = F.elu(h) if self.model_name == "gat" else F.relu(h)
         return h
+
+    @staticmethod
+    def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "HaloSplit",
+                    exchange: "SplitHalo", drop) -> torch.Tensor:
+        """Layer ``i`` over owned rows ``h`` and halo rows taken apart: the pull is sent, the
+        owned rows are dropped and aggregated, then the halo rows are received, dropped and
+        summed (the masks keyed by node, as over the whole block)."""
+        h = exchange.start_halo(i, h)
+        h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
+        local = layer.local_sum(split, h_own)
+        halo = exchange.halo_rows(i, h)
+        if drop is not None:
+            halo = drop(halo, split.halo.src_keys, "feat")
+        return layer.combine(split, h_own, local, split.sum_rows(halo, layer.halo_scale(split.halo)))
 
     @property
     def sums_halo_rows(self) -> bool:
@@ -297,7 +319,7 @@ class FullGraphGNN(nn.Module):
         """A training pass whose layers take the sum of their halo rows (a stale step, see
         :mod:`dgl_sni.halo.sums`): the owned rows only, dropped as in :meth:`forward`, and
         per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``
-        (asked for with ``halo.start_halo_sum`` before the owned rows are aggregated, so the
+        (asked for with ``halo.start_halo`` before the owned rows are aggregated, so the
         rows it needs travel meanwhile).
         With ``rows`` (the whole block and its exchange), only the input layer takes the sum;
         the layers above take their halo rows as rows, as in :meth:`forward` (a sync step of
@@ -317,7 +339,7 @@ class FullGraphGNN(nn.Module):
             else:
                 scale = layer.halo_scale(split.halo)
                 if i > 0:  # the halo rows (if needed) travel while the owned rows are aggregated
-                    h = halo.start_halo_sum(i, h)
+                    h = halo.start_halo(i, h)
                 h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
                 local = layer.local_sum(split, h_own)
                 halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)

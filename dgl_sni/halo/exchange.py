@@ -16,11 +16,14 @@ barrier is needed before the layer; their halo gradients are still pushed
 gets the gradient the others sent it at the syncs, averaged over syncs with the rows'
 smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
 (:mod:`dgl_sni.halo.sums`) gets each layer's sum from :meth:`KVHaloExchange.halo_sum`.
-Where its sync steps sum too (``--sync-halo summed``), communication overlaps compute:
-:meth:`KVHaloExchange.start_halo_sum` publishes a layer's owned rows and sends its pull
-before the trainer aggregates them, and the rows are received when the sum is taken;
-backward pushes the halo gradients in the sum's node and receives the others' in the
-node ``start_halo_sum`` made, after the owned aggregation's backward ran.
+
+Communication overlaps compute where a layer takes its owned and halo rows apart (GCN and
+SAGE: :class:`~dgl_sni.halo.sums.SplitHalo`; the sync steps that sum, ``--sync-halo
+summed``, and exact steps): :meth:`KVHaloExchange.start_halo` publishes a layer's owned
+rows and sends its pull before the trainer aggregates them, and the rows are received when
+the layer needs them (:meth:`~KVHaloExchange.halo_rows`, or the sum); backward pushes the
+halo gradients in that node and receives the others' in the node ``start_halo`` made,
+after the owned aggregation's backward ran.
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
@@ -326,7 +329,7 @@ class KVHaloExchange:
         in a run that sums on stale steps, every one unless its sync steps take rows."""
         return self.sum_stale and self.training and (self.mode == "stale" or self.sync_sums != "rows")
 
-    def start_halo_sum(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+    def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         """Start moving layer ``layer``'s halo rows where its sum needs them (a sync step:
         publish ``owned``, send the pull); returns ``owned`` as the input of :meth:`halo_sum`
         (see :class:`~dgl_sni.halo.sums.HaloSums`), through a node whose backward receives
@@ -334,9 +337,20 @@ class KVHaloExchange:
         return _HaloGate.apply(owned, self, layer)
 
     def _start_rows(self, layer: int, owned: torch.Tensor) -> None:
-        if self.training and self.mode == "sync" and self.sums_halo() and not self.tier_backed \
-                and self.halo_gids.numel():
+        if self.mode == "sync" and not self.tier_backed and self.halo_gids.numel():
             self._started[layer] = _StartedSource(self, layer, owned)
+
+    def takes_rows_apart(self) -> bool:
+        """The current pass may take halo rows apart from owned ones (:meth:`start_halo`,
+        :meth:`halo_rows`; see :class:`~dgl_sni.halo.sums.SplitHalo`): not a pipelined step
+        (its pushes complete at the end of the step) nor a tier-backed exchange."""
+        return self.mode != "pipelined" and not self.tier_backed
+
+    def halo_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        """Layer ``layer``'s halo rows (``[halo, d]``, block order), ``owned`` being what
+        :meth:`start_halo` returned; backward pushes their gradients (see
+        :class:`~dgl_sni.halo.sums.SplitHalo`)."""
+        return _HaloRowsFunction.apply(owned, self, layer)
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:
@@ -548,6 +562,22 @@ class _HaloGate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_owned):
         return grad_owned + ctx.exchange._received_grad(ctx.layer), None, None
+
+
+class _HaloRowsFunction(torch.autograd.Function):
+    """Autograd node: ``halo = halo_rows(owned)``; backward pushes the halo rows' gradient;
+    the gradient the others sent for ``owned`` is added by the :class:`_HaloGate` ``owned``
+    came through."""
+
+    @staticmethod
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int):
+        ctx.exchange, ctx.layer = exchange, layer
+        return torch.from_numpy(np.ascontiguousarray(exchange._resolve(layer, owned).rows))
+
+    @staticmethod
+    def backward(ctx, grad_halo):
+        ctx.exchange._send_grad(ctx.layer, grad_halo)
+        return None, None, None
 
 
 class _HaloSumFunction(torch.autograd.Function):

@@ -144,15 +144,15 @@ class HaloSums(Protocol):
       of a run that asked for them);
     * ``sums_inputs()``: the current training step takes the sum of the halo input rows
       (layer 0), its other layers taking halo rows as rows unless ``sums_halo()``;
-    * ``start_halo_sum(layer, owned)``: called with layer ``layer``'s owned input rows
+    * ``start_halo(layer, owned)``: called with layer ``layer``'s owned input rows
       before the layer uses them; starts moving the halo rows where the sum needs them and
       returns the owned rows for the layer to use (the same values; its backward may add
       the gradient the others sent for them, once all their uses have theirs);
     * ``halo_sum(layer, owned, split, scale)``: the sum (:meth:`HaloSplit.sum_rows`) of the
-      halo rows of layer ``layer``'s input, ``owned`` being what ``start_halo_sum``
+      halo rows of layer ``layer``'s input, ``owned`` being what ``start_halo``
       returned; differentiable in ``owned``: backward pushes the halo rows' gradients, and
       the gradient the others sent for the owned rows reaches them here or through
-      ``start_halo_sum``.
+      ``start_halo``.
 
     Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
     :meth:`~dgl_sni.models.FullGraphGNN.forward_summed`.
@@ -162,7 +162,32 @@ class HaloSums(Protocol):
 
     def sums_inputs(self) -> bool: ...
 
-    def start_halo_sum(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
+    def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class SplitHalo(Protocol):
+    """An exchange whose passes can hand a layer its halo rows apart from its owned rows,
+    so a layer linear in its halo rows (:class:`~dgl_sni.models.HaloLinear`) aggregates its
+    owned rows while the halo rows travel (same values as the whole block's forward, to
+    float rounding).
+
+    * ``takes_rows_apart()``: the current pass allows it;
+    * ``start_halo(layer, owned)``: as :class:`HaloSums` (the pull is sent here);
+    * ``halo_rows(layer, owned)``: the halo rows of layer ``layer``'s input (``[halo, d]``,
+      block order), ``owned`` being what ``start_halo`` returned; backward pushes their
+      gradients, and the gradient the others sent for the owned rows reaches them through
+      ``start_halo``.
+
+    Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
+    :meth:`~dgl_sni.models.FullGraphGNN.forward` when the trainer hands it a :class:`HaloSplit`.
+    """
+
+    def takes_rows_apart(self) -> bool: ...
+
+    def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
+
+    def halo_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from ..collective import LocalCollective
-from ..halo.sums import HaloSplit, HaloSums
+from ..halo.sums import HaloSplit, HaloSums, SplitHalo
 from ..metrics import Counters
 from ..models import FullGraphGNN, identity_exchange, init_model
 from .base import LocalView, ModelConfig, TrainerBase
@@ -30,8 +30,10 @@ class FullGraphTrainer(TrainerBase):
         self.cfg, self.view = cfg, view
         self.collective = collective or LocalCollective()
         self.exchange = exchange
-        # stale steps of a run that sums halo rows (dgl_sni.halo.sums) run on the block's split
+        # stale steps of a run that sums halo rows (dgl_sni.halo.sums) run on the block's split,
+        # and so do the layers of other passes that take halo rows apart (SplitHalo)
         self._sums = exchange if isinstance(exchange, HaloSums) else None
+        self._apart = isinstance(exchange, SplitHalo)
         self._split: HaloSplit | None = None
         self.counters = counters or self.collective.counters
         self.model: FullGraphGNN = init_model(
@@ -48,6 +50,13 @@ class FullGraphTrainer(TrainerBase):
         if self.global_counts[0] == 0:
             raise ValueError("no training node: the train split is empty")
 
+    def _halo_split(self) -> HaloSplit | None:
+        """The block split at its owned rows, made at first use where the exchange sums halo
+        rows or takes them apart (``None`` otherwise)."""
+        if self._split is None and (self._sums is not None or self._apart):
+            self._split = HaloSplit(self.view.block, self.view.x_src)
+        return self._split
+
     # ------------------------------------------------------------------ training
     def train_epoch(self, epoch: int) -> dict:
         """One optimisation step over the whole graph; returns the epoch's record."""
@@ -56,14 +65,12 @@ class FullGraphTrainer(TrainerBase):
         self.epoch_step = self.step
         mode = self._begin(self.step, training=True)
         if self._sums is not None and (self._sums.sums_halo() or self._sums.sums_inputs()):
-            if self._split is None:
-                self._split = HaloSplit(self.view.block, self.view.x_src)
             rows = None if self._sums.sums_halo() else (self.view.block, self.exchange)
-            logits = self.model.forward_summed(self._split, self._sums, step=self.step,
+            logits = self.model.forward_summed(self._halo_split(), self._sums, step=self.step,
                                                dropout_seed=self.cfg.seed, rows=rows)
         else:
             logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
-                                dropout_seed=self.cfg.seed)
+                                dropout_seed=self.cfg.seed, split=self._halo_split())
         mask = self.view.train_mask
         # Sum of per-node losses over the owned training nodes, divided by the *global*
         # number of training nodes: the workers' losses and gradients add up to the
@@ -89,7 +96,7 @@ class FullGraphTrainer(TrainerBase):
         """Full-graph accuracy on the train/val/test splits (dropout off)."""
         self.model.eval()
         self._begin(self.epoch_step, training=False)
-        logits = self.model(self.view.block, self.view.x_src, self.exchange)
+        logits = self.model(self.view.block, self.view.x_src, self.exchange, split=self._halo_split())
         pred = logits.argmax(1)
         hit = pred == self.view.labels
         correct = torch.tensor([float(hit[m].sum()) for m in

@@ -4,13 +4,15 @@ With the sum of the same rows, a layer's summed form equals its form over the wh
 (to float rounding), forward and backward; the model refuses it where a layer is not
 linear in its halo rows; the resolver versions the rows so a sum is reused only while the
 served rows are the same."""
+import types
+
 import numpy as np
 import pytest
 import torch
 
 from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
-from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
+from dgl_sni.halo.exchange import _HaloGate, _HaloRowsFunction, _HaloSumFunction
 from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.halo.sums import HaloSplit, KeptSums
 from dgl_sni.metrics import Counters
@@ -74,7 +76,7 @@ class _ExactSums:
     def sums_inputs(self):
         return True
 
-    def start_halo_sum(self, layer, owned):
+    def start_halo(self, layer, owned):
         return owned
 
     def halo_sum(self, layer, owned, split, scale):
@@ -297,6 +299,7 @@ class _RecordingExchange:
 
     def __init__(self, rows, events, n_own):
         self.rows, self.events, self.n_own = rows, events, n_own
+        self.sent = {}
 
     def sums_halo(self):
         return True
@@ -304,7 +307,7 @@ class _RecordingExchange:
     def sums_inputs(self):
         return True
 
-    def start_halo_sum(self, layer, owned):
+    def start_halo(self, layer, owned):
         return _HaloGate.apply(owned, self, layer)
 
     def halo_sum(self, layer, owned, split, scale):
@@ -320,8 +323,19 @@ class _RecordingExchange:
     def pushes_halo_grad(self):
         return True
 
+    def takes_rows_apart(self):
+        return True
+
+    def halo_rows(self, layer, owned):
+        return _HaloRowsFunction.apply(owned, self, layer)
+
+    def _resolve(self, layer, owned):
+        self.events.append(("rows used", layer))
+        return types.SimpleNamespace(rows=self.rows[layer].numpy())
+
     def _send_grad(self, layer, grad_halo):
         self.events.append(("gradients pushed", layer))
+        self.sent[layer] = grad_halo.clone()
 
     def _received_grad(self, layer):
         self.events.append(("gradients received", layer))
@@ -352,3 +366,54 @@ def test_a_summing_sync_step_aggregates_its_owned_rows_while_halo_rows_travel(mo
     backward = [e for e in events[len(forward):] if e[1] > 0]
     assert backward == [("gradients pushed", 2), ("owned aggregation differentiated", 2), ("gradients received", 2),
                         ("gradients pushed", 1), ("owned aggregation differentiated", 1), ("gradients received", 1)]
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(model):
+    """An exact pass whose layers take their halo rows apart (SplitHalo) gives the whole
+    block's outputs, weight gradients and pushed halo gradients, dropout included; each
+    layer's pull is sent before its owned rows are aggregated, its halo gradients pushed
+    before the owned aggregation's backward, the others' received after it."""
+    block, x, n_own = _partition_block(model)
+    net = init_model(0, model, x.shape[1], 8, 4, 3, dropout=0.5)
+    halo = {layer: torch.rand(block.num_src - n_own, 8) for layer in (1, 2)}
+    sent = {}
+
+    class Exchange(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h_own, layer):
+            ctx.layer = layer
+            return torch.cat((h_own, halo[layer]))
+
+        @staticmethod
+        def backward(ctx, grad):
+            sent[ctx.layer] = grad[n_own:].clone()
+            return grad[:n_own], None
+
+    def run(exchange, split=None):
+        net.zero_grad()
+        out = net(block, x, exchange, step=3, dropout_seed=5, split=split)
+        out.pow(2).sum().backward()
+        return out.detach(), [p.grad.clone() for p in net.parameters()]
+
+    full, full_grads = run(lambda layer, h_own: Exchange.apply(h_own, layer))
+    events = []
+    recording = _RecordingExchange(halo, events, n_own)
+    for i, layer in enumerate(net.layers):
+        original = layer.local_sum
+
+        def local_sum(split, h_own, original=original, i=i):
+            events.append(("owned aggregated", i))
+            return original(split, _Mark.apply(h_own, events, ("owned aggregation differentiated", i)))
+        layer.local_sum = local_sum
+    apart, apart_grads = run(recording, HaloSplit(block, x))
+    torch.testing.assert_close(apart, full, rtol=1e-5, atol=1e-5)
+    for a, b in zip(apart_grads, full_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for layer in (1, 2):
+        torch.testing.assert_close(recording.sent[layer], sent[layer], rtol=1e-4, atol=1e-5)
+    assert [e for e in events if e[1] > 0] == [
+        ("pull sent", 1), ("owned aggregated", 1), ("rows used", 1),
+        ("pull sent", 2), ("owned aggregated", 2), ("rows used", 2),
+        ("gradients pushed", 2), ("owned aggregation differentiated", 2), ("gradients received", 2),
+        ("gradients pushed", 1), ("owned aggregation differentiated", 1), ("gradients received", 1)]
