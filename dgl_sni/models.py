@@ -11,7 +11,6 @@ from __future__ import annotations
 import abc
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
@@ -29,8 +28,7 @@ from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
 
-if TYPE_CHECKING:
-    from .halo.sums import HaloSplit, HaloSums
+from .halo.sums import HaloSplit, HaloSums, SplitHalo  # noqa: F401 (HaloSplit, HaloSums: annotations)
 
 
 class HaloLinear(abc.ABC):
@@ -278,7 +276,6 @@ class FullGraphGNN(nn.Module):
         """With ``split`` (``block``'s :class:`~dgl_sni.halo.sums.HaloSplit`) and an exchange
         that can hand halo rows apart (:class:`~dgl_sni.halo.sums.SplitHalo`), the GCN and
         SAGE layers above the input aggregate their owned rows while the halo rows travel."""
-        from .halo.sums import SplitHalo
         apart = split is not None and isinstance(exchange, SplitHalo) and exchange.takes_rows_apart()
         h = x_src
         for i, layer in enumerate(self.layers):

@@ -25,11 +25,12 @@ def _train_sni() -> SNIConfig:
     # gated predictor by the paired-seed runs in the README ("Stale defaults, chosen over
     # seeds"); sum them where the model allows it (stale_halo None: TrainConfig.stale_sums);
     # push no halo gradient, owned rows getting the smoothed gradients of the syncs (stale_grad
-    # "last"), after a warm-up of 10 (both chosen over seeds: "Summed halo rows and smoothed
-    # sync gradients"); a stale run's rows and gradients travel in 8 bits (quantize None:
-    # TrainConfig.quantize_bits). The stock-script switch (DGL_SNI=1) keeps SNIConfig's defaults.
+    # "last"; chosen over seeds: "Summed halo rows and smoothed sync gradients"), after a
+    # warm-up of 5 (chosen over seeds: "Overlap, and a warm-up of 5"); a stale run's rows and
+    # gradients travel in 8 bits (quantize None: TrainConfig.quantize_bits). The stock-script
+    # switch (DGL_SNI=1) keeps SNIConfig's defaults.
     return SNIConfig(sync_interval=1, smooth=None, predictor="cache", quantize=None, stale_halo=None,
-                     stale_grad="last", warmup=10)
+                     stale_grad="last", warmup=5)
 
 
 @dataclass

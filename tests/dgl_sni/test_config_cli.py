@@ -42,7 +42,7 @@ def _non_default() -> TrainConfig:
         port=31000, master_port=31001, threads=2, allocator="system", timeout=60.5, run_dir="/r",
         model="gat", layers=3,
         hidden=8, heads=2, dropout=0.25, lr=0.005, weight_decay=0.0, seed=4, epochs=7, eval_every=2,
-        sync_interval=4, sampling_ratio=0.3, warmup=5, predictor="holt", stale_grad="skip",
+        sync_interval=4, sampling_ratio=0.3, warmup=7, predictor="holt", stale_grad="skip",
         sync_policy="adaptive", drift_bound=0.1, measure_staleness=True, transfer=False, agent="inline",
         doca_pci="0000:03:00.0", doca_name="sni-x", window=6, beta=0.5, lam=0.05, storage_tier="/t",
         device_mem_budget="512M", host_cache_budget="4G", subparts=3, quiet=True, metrics="/m.json",
