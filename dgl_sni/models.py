@@ -40,7 +40,9 @@ class HaloLinear(abc.ABC):
     * ``local_sum(split, h_own)``: the aggregation over the owned source rows
       (``split.local``), as far as it goes without the halo rows;
     * ``combine(split, h_own, local, halo_sum)``: the layer's output from it and
-      ``halo_sum``, the sum over the halo in-edges of ``scale * h_u``.
+      ``halo_sum``, the sum over the halo in-edges of ``scale * h_u`` (with
+      ``halo_projected``: of ``scale * project_halo(h_u)``, for a layer that
+      ``projects_first``, as an exact pass taking its halo rows apart sums them).
 
     ``forward_summed`` is the two in turn; the model's summed pass calls them apart, so a
     sync step aggregates its owned rows while the halo rows are on the wire. Equals
@@ -56,7 +58,16 @@ class HaloLinear(abc.ABC):
 
     @abc.abstractmethod
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor) -> torch.Tensor: ...
+                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor: ...
+
+    @abc.abstractmethod
+    def projects_first(self) -> bool:
+        """The layer projects its rows before aggregating them (it narrows them)."""
+
+    @abc.abstractmethod
+    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
+        """Halo rows projected as a layer that :meth:`projects_first` projects its sources;
+        their sum goes to :meth:`combine` with ``halo_projected``."""
 
     def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
         return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
@@ -86,19 +97,22 @@ class GCNLayer(nn.Module, HaloLinear):
     def halo_scale(self, block: GraphBlock) -> torch.Tensor:
         return block.src_norm
 
-    def _projects_first(self) -> bool:
+    def projects_first(self) -> bool:
         return self.weight.shape[0] > self.weight.shape[1]
 
     def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
         local = split.local
-        if self._projects_first():
+        if self.projects_first():
             return dops.copy_u_sum(local.graph, project(h_own, self.weight) * local.src_norm)
         return dops.copy_u_sum(local.graph, h_own * local.src_norm)
 
+    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
+        return project(rows, self.weight)
+
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor) -> torch.Tensor:
-        if self._projects_first():
-            h = local + project(halo_sum, self.weight)
+                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor:
+        if self.projects_first():
+            h = local + (halo_sum if halo_projected else project(halo_sum, self.weight))
         else:
             h = project(local + halo_sum, self.weight)
         return h * split.local.dst_norm + self.bias
@@ -162,18 +176,21 @@ class SAGELayer(nn.Module, HaloLinear):
     def halo_scale(self, block: GraphBlock) -> None:
         return None
 
-    def _projects_first(self) -> bool:
+    def projects_first(self) -> bool:
         return self.fc_neigh.in_features > self.fc_neigh.out_features
 
     def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
         graph = split.local.graph
-        return dops.copy_u_sum(graph, self.fc_neigh(h_own) if self._projects_first() else h_own)
+        return dops.copy_u_sum(graph, self.fc_neigh(h_own) if self.projects_first() else h_own)
+
+    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
+        return self.fc_neigh(rows)
 
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor) -> torch.Tensor:
+                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor:
         fc = self.fc_neigh
-        if self._projects_first():
-            neigh = (local + fc(halo_sum)) / split.in_degree
+        if self.projects_first():
+            neigh = (local + (halo_sum if halo_projected else fc(halo_sum))) / split.in_degree
         else:
             neigh = fc((local + halo_sum) / split.in_degree)
         return self.fc_self(h_own) + neigh
@@ -297,14 +314,19 @@ class FullGraphGNN(nn.Module):
                     exchange: "SplitHalo", drop) -> torch.Tensor:
         """Layer ``i`` over owned rows ``h`` and halo rows taken apart: the pull is sent, the
         owned rows are dropped and aggregated, then the halo rows are received, dropped and
-        summed (the masks keyed by node, as over the whole block)."""
+        summed (the masks keyed by node, as over the whole block; a layer that projects first
+        projects them before the sum, as its forward does)."""
         h = exchange.start_halo(i, h)
         h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
         local = layer.local_sum(split, h_own)
         halo = exchange.halo_rows(i, h)
         if drop is not None:
             halo = drop(halo, split.halo.src_keys, "feat")
-        return layer.combine(split, h_own, local, split.sum_rows(halo, layer.halo_scale(split.halo)))
+        first = layer.projects_first()  # narrow the rows before summing them, as the whole block does
+        if first:
+            halo = layer.project_halo(halo)
+        return layer.combine(split, h_own, local, split.sum_rows(halo, layer.halo_scale(split.halo)),
+                             halo_projected=first)
 
     @property
     def sums_halo_rows(self) -> bool:
