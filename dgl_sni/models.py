@@ -22,7 +22,7 @@ from dgl.nn.functional import edge_softmax
 
 from storage_tier.protocols import HaloExchange, NoExchange
 
-from storage_tier.block import GraphBlock
+from storage_tier.block import GraphBlock, ReverseBlock
 from .dropout import derive_seed, keyed_dropout
 from .projection import project
 
@@ -69,8 +69,25 @@ class HaloLinear(abc.ABC):
         """Halo rows projected as a layer that :meth:`projects_first` projects its sources;
         their sum goes to :meth:`combine` with ``halo_projected``."""
 
+    @abc.abstractmethod
+    def backward_sources(self, rblock: ReverseBlock, g_src: torch.Tensor, x: torch.Tensor,
+                         g_own: torch.Tensor | None, input_grad: bool) -> torch.Tensor | None:
+        """Backward over one unit of source rows ``x`` (the storage tier's source-major pass):
+        ``g_src`` is the output gradient at ``rblock``'s source rows (the destinations
+        ``x`` feeds), ``g_own`` at the unit's own rows (``None``: they are no destination).
+        Adds the unit's share to the parameters' ``.grad``; returns the gradient of ``x``
+        if ``input_grad``. Equals autograd through ``forward`` to float rounding."""
+
     def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
         return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
+
+
+def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
+    """``param.grad += grad`` (creating it), as autograd accumulates."""
+    if param.grad is None:
+        param.grad = grad.detach().clone()
+    else:
+        param.grad.add_(grad)
 
 
 class GCNLayer(nn.Module, HaloLinear):
@@ -116,6 +133,14 @@ class GCNLayer(nn.Module, HaloLinear):
         else:
             h = project(local + halo_sum, self.weight)
         return h * split.local.dst_norm + self.bias
+
+    @torch.no_grad()
+    def backward_sources(self, rblock, g_src, x, g_own, input_grad):
+        t = dops.copy_u_sum(rblock.graph, g_src * rblock.v_norm) * rblock.u_norm
+        _accumulate(self.weight, x.t() @ t)
+        if g_own is not None:
+            _accumulate(self.bias, g_own.sum(0))
+        return t @ self.weight.t() if input_grad else None
 
 
 class _HeadAndAll(torch.autograd.Function):
@@ -194,6 +219,19 @@ class SAGELayer(nn.Module, HaloLinear):
         else:
             neigh = fc((local + halo_sum) / split.in_degree)
         return self.fc_self(h_own) + neigh
+
+    @torch.no_grad()
+    def backward_sources(self, rblock, g_src, x, g_own, input_grad):
+        t = dops.copy_u_sum(rblock.graph, g_src / rblock.v_degree)
+        fc_n, fc_s = self.fc_neigh, self.fc_self
+        _accumulate(fc_n.weight, t.t() @ x)
+        dx = t @ fc_n.weight if input_grad else None
+        if g_own is not None:
+            _accumulate(fc_s.weight, g_own.t() @ x)
+            _accumulate(fc_s.bias, g_own.sum(0))
+            if input_grad:
+                dx += g_own @ fc_s.weight
+        return dx
 
 
 class GATLayer(nn.Module):

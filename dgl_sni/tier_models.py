@@ -47,7 +47,11 @@ After::
 on it as well; for GCN use ``graph_block.src_norm``/``dst_norm`` (global degrees) rather
 than ``GraphConv``'s norm, which would see the block's local degrees.
 
-:class:`TierGCN`, :class:`TierSAGE` and :class:`TierGAT` ship on this base. They reuse the
+:class:`TierGCN`, :class:`TierSAGE` and :class:`TierGAT` ship on this base. GCN and SAGE
+also declare the source-major backward (:class:`storage_tier.protocols.SourceMajorModel`):
+their layers are linear in each source row, so the tier backpropagates them unit by unit
+without recomputing the layer; a user model gets the regathering backward, which needs only
+``layer_forward``. They reuse the
 layer classes of :mod:`dgl_sni.models` and take their layers from a
 :class:`~dgl_sni.models.FullGraphGNN` built the same way, so parameter names
 (``layers.0.weight`` ...) and, under :func:`tier_model`'s seeding, initial values equal
@@ -62,7 +66,7 @@ import torch.nn.functional as F
 
 from storage_tier.block import MODELS_WITH_SELF_LOOPS, GraphBlock
 
-from .models import FullGraphGNN, keyed_dropper, seeded
+from .models import FullGraphGNN, HaloLinear, keyed_dropper, seeded
 
 
 class TierModel(nn.Module):
@@ -128,6 +132,19 @@ class TierModel(nn.Module):
         drop = self.dropper(layer)
         return h if drop is None else drop(h, keys, "feat")
 
+    # ------------------------------------------------------------------ source-major backward
+    def source_major(self, layer: int) -> bool:
+        """Whether the tier may backpropagate ``layer`` source unit by source unit
+        (:class:`storage_tier.protocols.SourceMajorModel`). False for user models: the
+        engine then recomputes ``layer_forward`` under autograd, which every model supports."""
+        return False
+
+    def layer_backward_sources(self, layer, rblock, g_src, x, g_own, input_grad):
+        raise NotImplementedError(f"{type(self).__name__} declares no source-major backward")
+
+    def activation_backward(self, layer, grad, out):
+        raise NotImplementedError(f"{type(self).__name__} declares no source-major backward")
+
     # ------------------------------------------------------------------ whole-block use
     def forward(self, block: GraphBlock, x_src: torch.Tensor, step: int = 0,
                 dropout_seed: int = 0) -> torch.Tensor:
@@ -157,6 +174,19 @@ class _Shipped(TierModel):
         h = self.drop_input(layer, graph_block, h)
         h = self.layers[layer](graph_block, h)
         return h if layer == self.num_layers - 1 else F.relu(h)
+
+    def source_major(self, layer):
+        """GCN and SAGE layers are linear in each source row (:class:`~dgl_sni.models.HaloLinear`);
+        a subclass that changes :meth:`layer_forward` (another activation...) opts out."""
+        return type(self).layer_forward is _Shipped.layer_forward and isinstance(self.layers[layer], HaloLinear)
+
+    def layer_backward_sources(self, layer, rblock, g_src, x, g_own, input_grad):
+        return self.layers[layer].backward_sources(rblock, g_src, x, g_own, input_grad)
+
+    def activation_backward(self, layer, grad, out):
+        """``relu``'s backward: ``out > 0`` exactly where the pre-activation was (dropped
+        entries already have no gradient)."""
+        return torch.where(out > 0, grad, torch.zeros((), dtype=grad.dtype))
 
 
 class TierGCN(_Shipped):

@@ -13,7 +13,8 @@ _TIER_EXPORTS = {
     "RowSpace": "subparts", "SubpartitionPlan": "subparts", "rowspace_from_graph": "subparts",
     "rowspace_from_view": "subparts", "GraphBlock": "block", "build_block": "block",
     "HaloExchange": "protocols", "OwnedRows": "protocols", "TierModel": "protocols",
-    "NoExchange": "protocols", "TierEngine": "engine", "parse_bytes": "sizes",
+    "NoExchange": "protocols", "SourceMajorModel": "protocols", "ReverseBlock": "block",
+    "TierEngine": "engine", "parse_bytes": "sizes",
 }
 
 

@@ -45,6 +45,27 @@ class GraphBlock:
         return self.graph.num_edges()
 
 
+@dataclass
+class ReverseBlock:
+    """The edges into one unit's rows taken backwards, for a layer's source-major backward.
+
+    Destination rows are the unit's rows (sources of the forward edges); source rows are
+    the forward destinations those rows feed, gathered from the gradient units. Built by
+    :meth:`storage_tier.subparts.SubpartitionPlan.reverse_parts` from the forward blocks
+    (self loops included); consumed by layers that are linear in their source rows, which
+    sum their output gradients over it (``backward_sources``). ``v_norm``/``v_degree``:
+    GCN's norm and the in-degree (clamped to 1; what a mean divides by) of the source
+    rows; ``u_norm``: GCN's norm of the destination rows as forward sources.
+    """
+
+    graph: dgl.DGLGraph
+    num_src: int
+    num_dst: int
+    v_norm: torch.Tensor
+    v_degree: torch.Tensor
+    u_norm: torch.Tensor
+
+
 def degree_norm(degree: np.ndarray, self_loops: bool) -> torch.Tensor:
     """GCN's ``(deg [+ 1]) ** -1/2`` per node as a float32 column ``[n, 1]``.
 

@@ -19,7 +19,7 @@ it has room without evicting the layer being read. After the layer, ``exchange``
 owned rows into the halo rows of ``act[l+1]``. The last layer is not run in forward:
 its logits are recomputed in backward, where the loss is taken.
 
-Backward (layers ``L-1 .. 0``; *regather*, no snapshots). For each ``s``: regather its
+Backward, destination-major (layers ``L-1 .. 0``; *regather*, no snapshots; any model). For each ``s``: regather its
 inputs from ``act[l]`` exactly as forward did, recompute the layer with autograd (the
 same keyed dropout masks), and backpropagate either the loss of its training rows (last
 layer) or the output gradient rows of ``s`` read from ``grad[l+1]``. Weight gradients
@@ -32,6 +32,28 @@ the budget allows; the layer below reads each once). Dead data (``grad[l+1]``, a
 ``act[l]`` for ``l >= 1`` until the next forward) is dropped from the cache and its
 gradient files deleted. Layer 0's input gradient is never computed (features are
 constants).
+
+Backward, source-major (the default for a :class:`~storage_tier.protocols.SourceMajorModel`
+whose every layer qualifies -- GCN and mean SAGE -- with ``mode="regather"``;
+``source_major=False`` turns it off). Such a layer is linear in each source row
+before an activation whose derivative its stored output gives, so backward can run over
+*source* units instead. First the last layer's logits are computed sub-partition by
+sub-partition (no autograd through the layer) and the loss's gradient with respect to them
+becomes units ``grad[L]``. Then, for each layer ``l`` from the top, the output gradient
+``grad[l+1]`` is complete and, for each unit ``q`` (sub-partitions and the halo), the engine
+gathers the gradient rows of the destinations ``q``'s rows feed (the transposed edges of
+:meth:`~storage_tier.subparts.SubpartitionPlan.reverse_parts`), reads ``act[l][q]`` once,
+and the model adds the weight gradients and returns ``q``'s input gradient. That gradient
+is complete at once: it passes through layer ``l``'s input dropout and layer ``l-1``'s
+activation backward (from the stored rows in hand) and becomes ``grad[l][q]`` in place of
+``act[l][q]``, which is dead. So nothing is regathered or recomputed, no gradient buffer is
+scattered into, and a layer's working set is its output gradient plus one streamed unit:
+with two layers of cache the whole backward reads only the input features, where the
+destination-major pass needs a third layer (inputs, gradient buffer and output gradient)
+and otherwise spills. ``grad[l]`` units then hold gradients of layer ``l-1``'s
+pre-activation. The halo unit goes first in each layer, so the exchange carries what the
+destination-major pass carries (the gradient of the halo rows as stored) and the owned
+units add the others' share before their activation's backward.
 
 Policies and switches: ``mode="snapshot"`` is the HongTu-style baseline -- forward also
 writes every sub-partition's gathered inputs (including the last layer's) to storage and
@@ -60,8 +82,10 @@ intermediates: <= 8 x max_src_rows x width x 4 bytes, plus 2 recycled gathered b
 + ~16 MiB allocator slack; the first
 epoch adds a one-time ~40-64 MiB of library initialisation. None of it grows with the
 number of layers or with the activations held on storage. Note that on graphs where every
-sub-partition depends on every other one (random-like graphs), a layer's activations and
-its gradient buffer (2 x one layer) must fit in the budget: otherwise each sub-partition
+sub-partition depends on every other one (random-like graphs), two layers must fit in the
+budget (forward: a layer's inputs and outputs; source-major backward: the output gradient
+and the inputs, each unit replaced by its gradient; destination-major backward needs the
+inputs, the gradient buffer and the output gradient): otherwise each sub-partition
 re-reads the units the cache could not keep (partition-wise granularity).
 
 Exchange hook (distributed halo exchange): a :class:`~storage_tier.protocols.HaloExchange`.
@@ -105,7 +129,7 @@ import torch.nn.functional as F
 from .host_cache import HostCache
 from .io import HEADER, IOEngine, kvikio_available, padded
 from .memory import peak_rss_mb
-from .protocols import HaloExchange, NoExchange, TierModel
+from .protocols import HaloExchange, NoExchange, SourceMajorModel, TierModel
 from .subparts import SubpartitionPlan
 
 MODES = ("regather", "snapshot")
@@ -184,7 +208,8 @@ class TierEngine:
     def __init__(self, model: TierModel, plan: SubpartitionPlan, io: IOEngine, cache: HostCache,
                  dims: list, exchange: HaloExchange | None = None, mode: str = "regather",
                  lazy_writes: bool | str = False,
-                 prefetch_depth: int = 2, device: str = "cpu", hoist_dropout: bool = True):
+                 prefetch_depth: int = 2, device: str = "cpu", hoist_dropout: bool = True,
+                 source_major: bool = True, out_width: int = 0):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
         self.model, self.plan, self.io, self.cache = model, plan, io, cache
@@ -208,6 +233,12 @@ class TierEngine:
         # is dropped once where it is produced instead of in every sub-partition gathering it
         self.hoist = bool(hoist_dropout)
         model.set_predropped(frozenset(range(1, model.num_layers)) if self.hoist else frozenset())
+        # backward source unit by source unit where every layer allows it (see backward)
+        self.source_major = bool(
+            source_major and mode == "regather" and isinstance(model, SourceMajorModel)
+            and all(model.source_major(l) for l in range(model.num_layers)))
+        self._gwidth: dict = {}  # width of grad[l] units (the logits' for l = L)
+        self.out_width = int(out_width)  # the logits' width (sizes the run directory only)
         self.pool = io.pool
         self.cache.writeback = self._writeback
         self.cache.recycle = self.pool.release
@@ -255,6 +286,7 @@ class TierEngine:
             storage_read_gbps=(s["bytes_read"] / s["read_s"] / 1e9) if s["read_s"] > 0 else None,
             storage_write_gbps=(s["bytes_written"] / s["write_s"] / 1e9) if s["write_s"] > 0 else None,
             io_mode=self.io.mode, tier_mode=self.mode, lazy_writes=self.lazy_writes,
+            source_major=self.source_major,
             io_wait_s=round(tot["io_wait_s"], 6), gather_s=round(tot["gather_s"], 6),
             compute_s=round(tot["compute_s"], 6), layer_times=layers,
             peak_rss_mb=peak_rss_mb())
@@ -284,6 +316,10 @@ class TierEngine:
         acts = sum(self.layer_bytes(l) for l in range(L))
         grads = max([self.layer_bytes(l) + self.layer_bytes(l + 1) for l in range(1, L - 1)]
                     + [self.layer_bytes(l) for l in range(1, L)] + [0])
+        if self.source_major:  # the logits' gradient beside grad[L-1] (units of out_width)
+            logits = sum(HEADER + padded(self.plan.unit_rows(p) * self.out_width * 4)
+                         for p in self.plan.unit_parts)
+            grads = max(grads, logits + (self.layer_bytes(L - 1) if L > 1 else 0))
         snaps = sum(self.layer_bytes(l, True) for l in range(L)) if self.mode == "snapshot" else 0
         return acts + grads + snaps
 
@@ -374,26 +410,29 @@ class TierEngine:
             self._sched = None
             self.cache.next_use = None
 
-    def _gather(self, layer: int, part, pf, phase: str, tier_buffer: bool = False) -> np.ndarray:
-        """The sub-partition's source rows of ``act[layer]``, unit by unit.
+    def _gather(self, layer: int, part, pf, phase: str, tier_buffer: bool = False,
+                kind: str = "act") -> np.ndarray:
+        """The sub-partition's source rows of ``act[layer]`` (or of ``grad[layer]``), unit by unit.
 
         Row copies use torch's ``index_select``/``index_add_`` into numpy-owned buffers:
         measured here (one thread, 20k sorted rows of 128 floats) 2.3x faster than
         ``np.take`` and 2.6x faster than numpy's fancy-index ``+=``.
         """
-        shape = (part.num_src, self.dims[layer])
+        width = self.dims[layer] if kind == "act" else self._gwidth[layer]
+        shape = (part.block.num_src, width)
         # numpy's allocator (huge pages, heap reuse) is the faster home for a block that is
         # never written; snapshots are written, so they get an aligned tier buffer
         x = self.pool.alloc(shape, zero=False) if tier_buffer else np.empty(shape, dtype=np.float32)
         for src in part.sources:
-            unit = self._fetch(("act", layer, src.part), pf, layer, phase)
+            key = (kind, layer, src.part)
+            unit = self._fetch(key, pf, layer, phase)
             with self._time(layer, phase, "gather_s"):
                 if src.rows is None:
                     x[src.start: src.stop] = unit
                 else:
                     torch.index_select(torch.from_numpy(unit), 0, src.index,
                                        out=torch.from_numpy(x[src.start: src.stop]))
-            if self.cache.peek(("act", layer, src.part)) is not unit:
+            if self.cache.peek(key) is not unit:
                 self.pool.release(unit)  # a transient (not admitted) unit: recycle its buffer
             del unit
         return x
@@ -489,14 +528,177 @@ class TierEngine:
             self._exchange_forward(layer + 1)
 
     def backward(self, global_train: float) -> tuple:
-        """Layers L-1..0: regather, recompute, backpropagate; returns (loss, correct)."""
+        """Layers L-1..0, source-major where the model allows it, else regather, recompute,
+        backpropagate (module docstring); returns (loss, correct)."""
         self._mark_phase("bwd")
+        if self.source_major:
+            loss, correct = self._loss_gradients(global_train)
+            for layer in reversed(range(self.model.num_layers)):
+                self._backward_layer_sources(layer)
+            return loss, correct
         loss, correct = 0.0, 0
         for layer in reversed(range(self.model.num_layers)):
             lo, co = self._backward_layer(layer, global_train)
             loss += lo
             correct += co
         return loss, correct
+
+    def _loss_gradients(self, global_train: float) -> tuple:
+        """Source-major backward, step 1: the logits of every sub-partition (no autograd
+        through the layer), the loss of its training rows and the loss's gradient with
+        respect to its logits, as units ``grad[L]``; returns (loss, correct)."""
+        L = self.model.num_layers
+        loss, correct = 0.0, 0
+        for part, logits in self._logits("bwd", {("act", L - 1), ("grad", L)}):
+            with self._time(L - 1, "bwd", "compute_s"):
+                grad = torch.zeros_like(logits)
+                mask = part.train_mask.to(logits.device)
+                if bool(mask.any()):
+                    out = logits.requires_grad_(True)
+                    labels = part.labels.to(out.device)[mask]
+                    with torch.enable_grad():
+                        value = F.cross_entropy(out[mask], labels, reduction="sum") / global_train
+                        value.backward()
+                    grad = out.grad
+                    loss += value.item()
+                    correct += int((out[mask].argmax(1) == labels).sum())
+            self._gwidth[L] = grad.shape[1]
+            self._emit_grad(("grad", L, part.index), grad.cpu(), L - 1)
+        return loss, correct
+
+    def _logits(self, phase: str, active: set):
+        """Yield ``(sub-partition, logits)``: the last layer over every sub-partition's
+        gathered inputs, without autograd (the loss pass and prediction)."""
+        layer = self.model.num_layers - 1
+        parts = self.plan.parts
+        order = self._order()
+        self._active = active
+        accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
+        with self._pass(accesses) as pf:
+            for s in order:
+                part = parts[s]
+                x = self._gather(layer, part, pf, phase)
+                with self._time(layer, phase, "compute_s"), torch.no_grad():
+                    block, xt = self._to_device(part, torch.from_numpy(x))
+                    logits = self.model.layer_forward(layer, block, xt)
+                self.pool.release(x)
+                del x, xt
+                yield part, logits
+
+    def _backward_layer_sources(self, layer: int) -> None:
+        """Source-major backward of one layer (a :class:`SourceMajorModel`'s).
+
+        The layer's output gradient ``grad[layer+1]`` (with respect to its pre-activation)
+        is complete. For each unit ``q``: gather the gradient rows of the destinations
+        ``q`` feeds (its :class:`~storage_tier.subparts.ReversePart`), read
+        ``act[layer][q]`` once, and let the model add the weight gradients and return the
+        gradient of ``q``'s stored rows. The halo unit goes first: its gradient goes to
+        the exchange, which returns what the other workers computed for the owned rows
+        (the same rows-as-stored gradient the destination-major pass exchanges). An owned
+        unit's gradient is then complete: with that share added it passes through the
+        dropout's and the activation's backward (from the stored rows in hand) and becomes
+        unit ``grad[layer][q]`` in place of ``act[layer][q]``, which is dead.
+        """
+        plan, model = self.plan, self.model
+        rparts = plan.reverse_parts()
+        need_grad = layer > 0
+        gk = layer + 1
+        self._gwidth[layer] = self.dims[layer]
+        owned = list(range(plan.num_parts))
+        order = ([plan.halo_part] if plan.num_halo else []) + (
+            owned if self._order()[0] == 0 else owned[::-1])
+        self._active = {("act", layer), ("grad", layer), ("grad", gk)}
+        if need_grad:
+            for p in plan.unit_parts:
+                self._grad_stored.discard(("grad", layer, p))
+                self.cache.discard(("grad", layer, p))
+        accesses = []
+        for q in order:
+            accesses.extend((("grad", gk, src.part), True) for src in rparts[q].sources)
+            accesses.append((("act", layer, q), True))
+            if q != plan.halo_part:
+                accesses.append((("grad", gk, q), True))
+        predropped = self.hoist and layer > 0  # act[layer] holds rows after the layer's dropout
+        received = None
+        with self._pass(accesses) as pf:
+            for q in order:
+                rp, halo = rparts[q], q == plan.halo_part
+                g_src = self._gather(gk, rp, pf, "bwd", kind="grad")
+                key = ("act", layer, q)
+                x = self._fetch(key, pf, layer, "bwd", admit=layer == 0)
+                g_own = None if halo else self._fetch(("grad", gk, q), pf, layer, "bwd")
+                with self._time(layer, "bwd", "compute_s"):
+                    xt = torch.from_numpy(x)
+                    xin = xt if predropped else model.drop_rows(layer, xt, rp.keys)
+                    grad = model.layer_backward_sources(
+                        layer, rp.block, torch.from_numpy(g_src),
+                        xin, None if g_own is None else torch.from_numpy(g_own), need_grad)
+                    if need_grad and not predropped:  # through the dropout applied on reading
+                        grad = model.drop_rows(layer, grad, rp.keys)
+                del g_src, g_own, xin
+                if need_grad and halo:
+                    received = self._exchange_sources(layer, grad)
+                    grad = None
+                elif need_grad:
+                    if received is not None:
+                        lo, hi = plan.unit_range(q)
+                        grad += received[torch.from_numpy(plan.perm[lo:hi])]
+                    with self._time(layer, "bwd", "compute_s"):
+                        if predropped:  # the dropout applied where the rows were produced
+                            grad = model.drop_rows(layer, grad, rp.keys)
+                        grad = model.activation_backward(layer - 1, grad, xt)
+                del xt
+                if self.cache.peek(key) is not x:
+                    self.pool.release(x)  # a transient (not admitted) unit
+                elif layer > 0:  # dead until the next forward: its unit makes room for the gradient
+                    self.cache.discard(key)
+                del x
+                if grad is not None:
+                    self._emit_grad(("grad", layer, q), grad, layer)
+                del grad
+        self.cache.discard_group(("grad", gk))
+        for p in plan.unit_parts:
+            self._grad_stored.discard(("grad", gk, p))
+            self.io.delete(("grad", gk, p))
+        if layer > 0:
+            self.cache.discard_group(("act", layer))
+        if need_grad and not self._lazy_grads:
+            self.cache.flush([("grad", layer, p) for p in owned])
+            for p in owned:
+                if ("grad", layer, p) in self.cache:
+                    self._grad_stored.add(("grad", layer, p))
+
+    def _exchange_sources(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None:
+        """The halo rows' gradient to the exchange; the owned rows' share from the others."""
+        plan = self.plan
+        received = self.exchange.backward_rows(layer, grad_halo.contiguous())
+        if received is None:
+            return None
+        if tuple(received.shape) != (plan.num_owned, self.dims[layer]):
+            raise ValueError(f"exchange.backward_rows({layer}) returned shape {tuple(received.shape)}, "
+                             f"expected {(plan.num_owned, self.dims[layer])}")
+        return received.to(torch.float32)
+
+    def _emit_grad(self, key, grad: torch.Tensor, layer: int) -> None:
+        """A complete gradient unit: kept in the cache (dirty under the gradient write-back
+        policies, written when evicted), or written at once (bypass), or both."""
+        buf = self.pool.alloc(tuple(grad.shape), zero=False)
+        np.copyto(buf, grad.detach().numpy())
+        self.cache.discard(key)
+        self._grad_stored.discard(key)
+        if self._lazy_grads:
+            if self.cache.admit(key, buf, dirty=True, protect_groups=self._active):
+                return
+        else:
+            self._write(key, buf, layer, "bwd")
+            self._grad_stored.add(key)
+            if self.cache.admit(key, buf, protect_groups=self._active):
+                return
+            self.pool.release(buf)
+            return
+        self._write(key, buf, layer, "bwd")
+        self._grad_stored.add(key)
+        self.pool.release(buf)
 
     def _backward_layer(self, layer: int, global_train: float) -> tuple:
         plan, parts = self.plan, self.plan.parts
@@ -582,24 +784,13 @@ class TierEngine:
         """Inference pass (dropout off): correct predictions on train/val/test owned rows."""
         L = self.model.num_layers
         self.forward(training=False)
-        layer = L - 1
-        order = self._order()
-        self._active = {("act", layer)}
-        parts = self.plan.parts
-        accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
         hits = torch.zeros(3, dtype=torch.float64)
-        with self._pass(accesses) as pf:
-            for s in order:
-                part = parts[s]
-                x = self._gather(layer, part, pf, "eval")
-                with self._time(layer, "eval", "compute_s"):
-                    block, xt = self._to_device(part, torch.from_numpy(x))
-                    pred = self.model.layer_forward(layer, block, xt).argmax(1).cpu()
-                self.pool.release(x)
-                del x, xt
-                ok = pred == part.labels
-                for i, m in enumerate((part.train_mask, part.val_mask, part.test_mask)):
-                    hits[i] += float(ok[m].sum())
+        for part, logits in self._logits("eval", {("act", L - 1)}):
+            pred = logits.argmax(1).cpu()
+            del logits
+            ok = pred == part.labels
+            for i, m in enumerate((part.train_mask, part.val_mask, part.test_mask)):
+                hits[i] += float(ok[m].sum())
         return hits
 
     # ------------------------------------------------------------------ exchange hook

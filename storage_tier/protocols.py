@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:  # annotation only: importing the block module loads DGL
-    from .block import GraphBlock
+    from .block import GraphBlock, ReverseBlock
 
 
 @runtime_checkable
@@ -137,3 +137,36 @@ class TierModel(Protocol):
     def drop_rows(self, layer: int, h: torch.Tensor, keys: torch.Tensor) -> torch.Tensor: ...
 
     def set_predropped(self, layers: frozenset) -> None: ...
+
+
+@runtime_checkable
+class SourceMajorModel(TierModel, Protocol):
+    """A :class:`TierModel` whose layers the engine can backpropagate source unit by source unit.
+
+    A layer qualifies when its pre-activation output is linear in each source row (a
+    weighted sum over in-edges, then projections; GCN, mean SAGE), followed by an
+    elementwise activation whose derivative the stored output row determines (``relu``).
+    Then a unit's input gradient is complete once the output gradients of every row it
+    feeds are known, so backward needs the output gradient layer and a stream of the
+    unit's input rows instead of every input row beside a gradient buffer scattered into
+    (:meth:`storage_tier.engine.TierEngine.backward`):
+
+    * ``source_major(layer)``: whether ``layer`` qualifies;
+    * ``layer_backward_sources(layer, rblock, g_src, x, g_own, input_grad)``: with
+      ``g_src`` the gradient of the layer's pre-activation output at ``rblock``'s source
+      rows, ``x`` the layer's (dropped) input rows of the unit and ``g_own`` the output
+      gradient of the unit's own rows (``None`` for the halo unit), add the unit's share
+      to the parameters' ``.grad`` and return the gradient of ``x`` (``None`` unless
+      ``input_grad``);
+    * ``activation_backward(layer, grad, out)``: the gradient of ``layer``'s pre-activation
+      from the gradient of its output rows ``out`` (after the next layer's dropout, whose
+      backward the engine applies first).
+    """
+
+    def source_major(self, layer: int) -> bool: ...
+
+    def layer_backward_sources(self, layer: int, rblock: "ReverseBlock", g_src: torch.Tensor,
+                               x: torch.Tensor, g_own: torch.Tensor | None,
+                               input_grad: bool) -> torch.Tensor | None: ...
+
+    def activation_backward(self, layer: int, grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor: ...

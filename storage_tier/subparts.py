@@ -37,7 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .block import MODELS_WITH_SELF_LOOPS, GraphBlock, build_block, degree_norm
+from .block import MODELS_WITH_SELF_LOOPS, GraphBlock, ReverseBlock, build_block, degree_norm
+
+import dgl  # noqa: E402  (after .block, which applies the DGL shims)
 
 
 @dataclass
@@ -132,6 +134,23 @@ class SubPartition:
         return self.block.num_src
 
 
+@dataclass
+class ReversePart:
+    """One unit as the destination of the backward edges (see :class:`~storage_tier.block.ReverseBlock`).
+
+    ``unit``: the unit part id (a sub-partition or the halo); ``block``: the reversed edges
+    into its rows; ``sources``: what it gathers from the owned units of a gradient layer
+    (:class:`Source`, in the block's source order); ``keys``: the dataset ids of the
+    unit's rows (they key dropout). Built by :meth:`SubpartitionPlan.reverse_parts`, used
+    by the engine's source-major backward.
+    """
+
+    unit: int
+    block: ReverseBlock
+    sources: list
+    keys: torch.Tensor
+
+
 def assign_parts(rs: RowSpace, num_parts: int, method: str = "auto", seed: int = 0) -> tuple:
     """Sub-partition id of every owned row, and the method used ('switching' or 'range')."""
     n = rs.num_owned
@@ -163,6 +182,7 @@ class SubpartitionPlan:
         self.inv_perm[perm] = np.arange(perm.shape[0], dtype=np.int64)
         self.parts = parts
         self.method = method
+        self._reverse = None  # {unit: ReversePart}, built on first use
 
     @property
     def num_parts(self) -> int:
@@ -205,6 +225,66 @@ class SubpartitionPlan:
         return dict(num_subparts=self.num_parts, subpart_method=self.method, alpha=self.alpha,
                     subpart_rows_min=min(sizes), subpart_rows_max=max(sizes),
                     num_owned=self.num_owned, num_halo=self.num_halo)
+
+    def reverse_parts(self) -> dict:
+        """``{unit part: ReversePart}`` for every unit, built from the forward blocks on
+        first use (an engine whose model backpropagates source-major asks for them)."""
+        if self._reverse is None:
+            self._reverse = self._build_reverse()
+        return self._reverse
+
+    def _build_reverse(self) -> dict:
+        total = self.num_owned + self.num_halo
+        u_norm = torch.zeros(total, 1)
+        keys = np.zeros(total, dtype=np.int64)
+        v_norm = torch.zeros(self.num_owned, 1)
+        v_degree = torch.ones(self.num_owned, 1)
+        us, vs = [], []
+        for part in self.parts:
+            tier_src = np.empty(part.num_src, dtype=np.int64)
+            for src in part.sources:
+                lo = self.unit_range(src.part)[0]
+                tier_src[src.start: src.stop] = (lo + np.arange(src.stop - src.start) if src.rows is None
+                                                 else lo + src.rows)
+            e_src, e_dst = (t.numpy() for t in part.block.graph.edges())
+            us.append(tier_src[e_src])
+            vs.append(part.start + e_dst.astype(np.int64))
+            index = torch.from_numpy(tier_src)
+            u_norm[index] = part.block.src_norm
+            keys[tier_src] = part.block.src_keys.numpy()
+            v_norm[part.start: part.stop] = part.block.dst_norm
+            v_degree[part.start: part.stop, 0] = part.block.graph.in_degrees().float().clamp(min=1)
+        u = np.concatenate(us) if us else np.zeros(0, dtype=np.int64)
+        v = np.concatenate(vs) if vs else np.zeros(0, dtype=np.int64)
+        del us, vs
+        order = np.lexsort((v, u))  # by destination row (u), then source: a fixed summation order
+        u, v = u[order], v[order]
+        del order
+        out = {}
+        for q in self.unit_parts:
+            lo, hi = self.unit_range(q)
+            a, b = np.searchsorted(u, [lo, hi])
+            e_u, e_v = u[a:b] - lo, v[a:b]
+            gathered, local = np.unique(e_v, return_inverse=True)
+            graph = dgl.create_block((torch.from_numpy(local.astype(np.int64)), torch.from_numpy(e_u)),
+                                     num_src_nodes=gathered.shape[0], num_dst_nodes=hi - lo)
+            graph.create_formats_()
+            sources = []
+            if gathered.shape[0]:
+                upart, urow = self.locate(gathered)
+                starts = np.flatnonzero(np.diff(upart, prepend=-1))
+                ends = np.append(starts[1:], upart.shape[0])
+                for s, e in zip(starts, ends):
+                    p = int(upart[s])
+                    whole = e - s == self.unit_rows(p)  # sorted unique rows: all of them
+                    sources.append(Source(p, None if whole else urow[s:e].copy(), int(s), int(e)))
+            index = torch.from_numpy(gathered)
+            block = ReverseBlock(graph=graph, num_src=int(gathered.shape[0]), num_dst=hi - lo,
+                                 v_norm=v_norm[index], v_degree=v_degree[index],
+                                 u_norm=u_norm[lo:hi].clone())
+            out[q] = ReversePart(unit=q, block=block, sources=sources,
+                                 keys=torch.from_numpy(keys[lo:hi].copy()))
+        return out
 
     @classmethod
     def build(cls, rs: RowSpace, num_parts: int, method: str = "auto", seed: int = 0) -> "SubpartitionPlan":

@@ -47,7 +47,9 @@ class TierTrainer(TrainerBase):
     storage, gradient buffers stay cached until evicted; ``False``: both bypass; ``True``:
     both write back); ``prefetch_depth``; ``io_mode``
     (``auto``/``direct``/``buffered``); ``device`` (``cpu``; ``cuda`` untested);
-    ``pool_units`` (recycled unit buffers); ``hoist_dropout``.
+    ``pool_units`` (recycled unit buffers); ``hoist_dropout``; ``source_major`` (backward
+    source unit by source unit where the model allows it -- GCN, SAGE -- else the
+    destination-major regather; see :meth:`storage_tier.engine.TierEngine.backward`).
 
     The exchange is driven through its protocol: ``begin_step(step, training)`` before
     each forward pass (here), ``forward_rows``/``backward_rows`` by the engine.
@@ -65,7 +67,8 @@ class TierTrainer(TrainerBase):
                  counters: Counters | None = None, *,
                  model: TierModel | None = None, partition: str = "auto", mode: str = "regather",
                  lazy_writes: bool | str = "grads", prefetch_depth: int = 2, io_mode: str = "auto",
-                 device: str = "cpu", pool_units: int = 4, hoist_dropout: bool = True):
+                 device: str = "cpu", pool_units: int = 4, hoist_dropout: bool = True,
+                 source_major: bool = True):
         self.cfg = cfg
         self.collective = collective or LocalCollective()
         self.counters = counters or self.collective.counters
@@ -92,7 +95,8 @@ class TierTrainer(TrainerBase):
             self.engine = TierEngine(self.model, self.plan, self.io, self.cache, dims,
                                      self.exchange, mode=mode, lazy_writes=lazy_writes,
                                      prefetch_depth=prefetch_depth, device=device,
-                                     hoist_dropout=hoist_dropout)
+                                     hoist_dropout=hoist_dropout, source_major=source_major,
+                                     out_width=num_classes)
             # recycle up to pool_units dropped unit buffers (fixed overhead, avoids page faults)
             largest = max(HEADER + padded(self.plan.unit_rows(p) * d * 4)
                           for p in self.plan.unit_parts for d in dims)

@@ -95,10 +95,67 @@ def test_exact_three_layers_and_evaluation_vs_train_reference(graph, tmp_path):
 
 @pytest.mark.parametrize("options", [dict(mode="snapshot"), dict(lazy_writes=True), dict(lazy_writes=False),
                                      dict(prefetch_depth=0), dict(partition="range"),
-                                     dict(hoist_dropout=False)])
+                                     dict(hoist_dropout=False), dict(source_major=False),
+                                     dict(source_major=False, lazy_writes=False)])
 def test_exact_under_engine_options(graph, tmp_path, options):
     cfg = ModelConfig(model="gcn", layers=3, hidden=8, dropout=0.5, seed=1)
     compare(graph, cfg, 2, tmp_path, num_subparts=4, host_cache_budget=TINY, **options)
+
+
+def test_source_major_backward_only_where_the_model_allows_it(graph, tmp_path):
+    """GCN/SAGE backpropagate source-major by default (hoisted dropout or not); GAT, a
+    model changing ``layer_forward`` and the snapshot mode use the regather pass."""
+    from dgl_sni.tier_models import TierGCN
+
+    class EluGCN(TierGCN):
+        def layer_forward(self, layer, graph_block, h):
+            h = self.layers[layer](graph_block, self.drop_input(layer, graph_block, h))
+            return h if layer == self.num_layers - 1 else torch.nn.functional.elu(h)
+
+    def used(name="gcn", **kw):
+        cfg = ModelConfig(model=name, layers=2, hidden=8, heads=2, dropout=0.5, seed=1)
+        with TierTrainer.from_graph(cfg, graph, num_subparts=4, storage_dir=str(tmp_path), **kw) as t:
+            return t.engine.source_major
+
+    assert used("gcn") and used("sage") and used(hoist_dropout=False)
+    assert not used("gat") and not used(mode="snapshot")
+    assert not used(source_major=False)
+    assert not used(model=EluGCN(graph.feat_dim, 8, graph.num_classes, 2, dropout=0.5))
+
+
+@pytest.mark.parametrize("model", ["gcn", "sage"])
+def test_source_major_backward_needs_no_storage_beside_two_layers(tmp_path, model):
+    """With room for two hidden layers (and the logits' gradient), the default backward
+    reads only the input features and writes nothing: each layer streams its input units
+    against the output gradient layer, each unit's input gradient taking its place. The
+    destination-major pass needs a third layer (inputs, gradient buffer, output gradient)
+    and moves more."""
+    from storage_tier.io import HEADER, padded
+    from storage_tier.io.buffers import BufferPool
+    data = synthetic(num_nodes=4000, avg_degree=10, num_classes=4, feat_dim=32, seed=3)
+    cfg = ModelConfig(model=model, layers=3, hidden=64, dropout=0.5, seed=1)
+
+    def cached(plan, width):
+        return sum(BufferPool.size_class(HEADER + padded(plan.unit_rows(p) * width * 4))
+                   for p in plan.unit_parts)
+
+    recs = {}
+    for source_major in (True, False):
+        with TierTrainer.from_graph(cfg, data, num_subparts=8, storage_dir=str(tmp_path),
+                                    host_cache_budget=1 << 40, source_major=source_major) as t:
+            plan, eng = t.plan, t.engine
+            budget = 2 * cached(plan, 64) + cached(plan, data.num_classes) + cached(plan, 64) // 20
+            t.cache.budget = budget
+            t.train_epoch(0)
+            recs[source_major] = rec = t.train_epoch(1)
+            assert rec["cache_peak_bytes"] <= budget
+            if source_major:
+                assert rec["alpha"] > 3  # every sub-partition reads most others
+                # (totals: the phase split moves with the writer thread's timing)
+                assert rec["storage_bytes_read"] == eng.layer_bytes(0)  # the features, once
+                assert rec["storage_bytes_written"] == eng.layer_bytes(1) + eng.layer_bytes(2)
+    assert recs[False]["storage_bytes"] > 1.5 * recs[True]["storage_bytes"]
+    assert recs[False]["loss"] == pytest.approx(recs[True]["loss"], abs=TOL)
 
 
 def test_large_cache_lazy_writes_moves_no_bytes(graph, tmp_path):
@@ -330,8 +387,9 @@ def worker_view(data, model, owned):
                      labels=torch.from_numpy(data.labels[owned]), **masks), owned, halo
 
 
-@pytest.mark.parametrize("model,layers", [("gcn", 3), ("gat", 2)])
-def test_two_workers_through_exchange_hook_match_reference(graph, tmp_path, model, layers):
+@pytest.mark.parametrize("model,layers,hoist", [("gcn", 3, True), ("sage", 3, True), ("gat", 2, True),
+                                                ("gcn", 3, False), ("sage", 3, False)])
+def test_two_workers_through_exchange_hook_match_reference(graph, tmp_path, model, layers, hoist):
     # (3-layer GAT with dropout reaches weight gradients ~50 here, where float32 summation
     # order alone moves them by ~4e-5; 2 layers keeps the gradients O(1) like the others)
     cfg = ModelConfig(model=model, layers=layers, hidden=8, heads=2, dropout=0.5, seed=11)
@@ -348,7 +406,7 @@ def test_two_workers_through_exchange_hook_match_reference(graph, tmp_path, mode
             ex = ThreadExchange(rank, owned, halo, peer_owned, peer_halo, shared)
             ex.n_owned = owned.size
             with TierTrainer(cfg, view, graph.feat_dim, graph.num_classes, num_subparts=3,
-                             storage_dir=str(tmp_path), host_cache_budget=TINY,
+                             storage_dir=str(tmp_path), host_cache_budget=TINY, hoist_dropout=hoist,
                              collective=ThreadCollective(rank, 2, shared), exchange=ex) as t:
                 recs = []
                 for epoch in range(2):
