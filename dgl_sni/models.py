@@ -70,6 +70,15 @@ class HaloLinear(abc.ABC):
         their sum goes to :meth:`combine` with ``halo_projected``."""
 
     @abc.abstractmethod
+    def aggregate(self, block: GraphBlock, h_src: torch.Tensor) -> torch.Tensor:
+        """The destination rows' aggregation of ``h_src`` before any weight (input width)."""
+
+    @abc.abstractmethod
+    def forward_aggregated(self, block: GraphBlock, h_src: torch.Tensor, agg: torch.Tensor) -> torch.Tensor:
+        """The layer's output from :meth:`aggregate`'s result: ``forward`` aggregating first.
+        For fixed input rows (the features, without dropout) ``agg`` is computed once."""
+
+    @abc.abstractmethod
     def backward_sources(self, rblock: ReverseBlock, g_src: torch.Tensor, x: torch.Tensor,
                          g_own: torch.Tensor | None, input_grad: bool) -> torch.Tensor | None:
         """Backward over one unit of source rows ``x`` (the storage tier's source-major pass):
@@ -113,6 +122,12 @@ class GCNLayer(nn.Module, HaloLinear):
 
     def halo_scale(self, block: GraphBlock) -> torch.Tensor:
         return block.src_norm
+
+    def aggregate(self, block, h_src):
+        return dops.copy_u_sum(block.graph, h_src * block.src_norm)
+
+    def forward_aggregated(self, block, h_src, agg):
+        return project(agg, self.weight) * block.dst_norm + self.bias
 
     def projects_first(self) -> bool:
         return self.weight.shape[0] > self.weight.shape[1]
@@ -200,6 +215,12 @@ class SAGELayer(nn.Module, HaloLinear):
 
     def halo_scale(self, block: GraphBlock) -> None:
         return None
+
+    def aggregate(self, block, h_src):
+        return dops.copy_u_mean(block.graph, h_src)
+
+    def forward_aggregated(self, block, h_src, agg):
+        return self.fc_self(h_src[: block.num_dst]) + self.fc_neigh(agg)
 
     def projects_first(self) -> bool:
         return self.fc_neigh.in_features > self.fc_neigh.out_features
@@ -320,6 +341,7 @@ class FullGraphGNN(nn.Module):
             self.layers.append(layer)
             dim = layer.out_dim
         self.dropout = dropout
+        self._input_agg = None  # (key, the input layer's aggregated features, block, features)
 
     def hidden_dims(self) -> list:
         """Width of the rows exchanged before layer ``l`` for ``l = 1..L-1``."""
@@ -335,7 +357,9 @@ class FullGraphGNN(nn.Module):
         h = x_src
         for i, layer in enumerate(self.layers):
             drop = self._dropper(step, i, dropout_seed)
-            if i > 0 and apart and isinstance(layer, HaloLinear):
+            if i == 0 and drop is None and isinstance(layer, HaloLinear):
+                h = layer.forward_aggregated(block, h, self._input_aggregate(layer, block, h))
+            elif i > 0 and apart and isinstance(layer, HaloLinear):
                 h = self._rows_apart(layer, i, h, split, exchange, drop)
             else:
                 if i > 0:
@@ -346,6 +370,20 @@ class FullGraphGNN(nn.Module):
             if i < self.num_layers - 1:
                 h = F.elu(h) if self.model_name == "gat" else F.relu(h)
         return h
+
+    def _input_aggregate(self, layer: "HaloLinear", block: GraphBlock, x_src: torch.Tensor) -> torch.Tensor:
+        """The input layer's aggregation of the features, computed once per block and
+        features: without input dropout they never change, so that layer is one
+        projection of its destination rows per step (forward and weight gradient), with
+        no sparse aggregation and no projection of the halo rows. Exact: the layer's
+        aggregate-first form, equal to its forward to float rounding."""
+        key = (id(block), id(x_src), x_src._version)
+        if self._input_agg is None or self._input_agg[0] != key:
+            self._input_agg = None
+            with torch.no_grad():
+                agg = layer.aggregate(block, x_src)
+            self._input_agg = (key, agg, block, x_src)  # the refs keep the ids valid
+        return self._input_agg[1]
 
     @staticmethod
     def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "HaloSplit",
