@@ -2,7 +2,8 @@
 wire while the trainer computes.
 
 * With the weights frozen (``--lr 1e-30``: steps below float32 resolution; dropout off) every step's rows and gradients equal
-  the previous step's, so a pipelined run must give exactly the exact run's losses, and
+  the previous step's, so a pipelined run must give the exact run's losses (to the float
+  rounding of summing the halo rows apart or with the owned ones), and
   Adam's moment estimates (which still accumulate every gradient) must match too: a halo
   row put in the wrong place, or a gradient contribution lost or counted twice, shows.
 * With training on, the warm-up steps are exact (bit-identical to interval 1), the steps
@@ -31,7 +32,11 @@ def test_frozen_weights_pipelined_equals_exact(tmp_path, small_graph_npz, quanti
         for a, b in zip(exact, piped):
             assert abs(a["loss"] - b["loss"]) < 2e-3
         return
-    assert [e["loss"] for e in piped] == [e["loss"] for e in exact]
+    # equal to float rounding: an exact step takes the halo rows apart (owned sum, then the
+    # halo sum) where a pipelined one sums the whole block's in-edges in one pass; a misplaced
+    # row or a lost gradient moves the loss by orders of magnitude more
+    for a, b in zip(piped, exact):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-6, abs=0), (a["loss"], b["loss"])
     last = len(exact) - 1
     a = torch.load(exact_ckpt / f"epoch_{last}.pt")["optimizer"]["state"]
     b = torch.load(piped_ckpt / f"epoch_{last}.pt")["optimizer"]["state"]
