@@ -75,9 +75,12 @@ subset resident where LRU would miss on every access. Whole-layer eviction stays
 
 Memory bound (what a run's peak RSS stays under, measured in
 ``tests/test_storage_engine.py``): the process after setup (interpreter, torch/DGL ~0.45
-GB; the sub-partition blocks ~120 bytes per edge) + the host-cache budget + one
-sub-partition's working set (its gathered input, the input gradient and the autograd
-intermediates: <= 8 x max_src_rows x width x 4 bytes, plus 2 recycled gathered blocks) +
+GB; the sub-partition blocks ~120 bytes per edge, and as much again for the reverse blocks
+of a source-major backward) + the host-cache budget + one sub-partition's working set (its
+gathered input, the input gradient and the autograd intermediates: <= 8 x max_src_rows x
+width x 4 bytes, plus 2 recycled gathered blocks; in a source-major backward a unit's
+gathered output gradient rows, the rows its reverse block reads, in place of the gathered
+input) +
 (prefetch_depth + 2 queued writes + 1 + ``pool_units`` recycled buffers) x the largest unit
 + ~16 MiB allocator slack; the first
 epoch adds a one-time ~40-64 MiB of library initialisation. None of it grows with the
