@@ -34,7 +34,7 @@ gradient files deleted. Layer 0's input gradient is never computed (features are
 constants).
 
 Backward, source-major (the default for a :class:`~storage_tier.protocols.SourceMajorModel`
-whose every layer qualifies -- GCN and mean SAGE -- with ``mode="regather"``;
+whose every layer qualifies -- GCN and mean SAGE -- with ``mode="regather"`` on the CPU;
 ``source_major=False`` turns it off). Such a layer is linear in each source row
 before an activation whose derivative its stored output gives, so backward can run over
 *source* units instead. First the last layer's logits are computed sub-partition by
@@ -237,8 +237,10 @@ class TierEngine:
         self.hoist = bool(hoist_dropout)
         model.set_predropped(frozenset(range(1, model.num_layers)) if self.hoist else frozenset())
         # backward source unit by source unit where every layer allows it (see backward)
+        # (on the CPU: the CUDA path, untested here, keeps the destination-major pass)
         self.source_major = bool(
-            source_major and mode == "regather" and isinstance(model, SourceMajorModel)
+            source_major and mode == "regather" and self.device.type == "cpu"
+            and isinstance(model, SourceMajorModel)
             and all(model.source_major(l) for l in range(model.num_layers)))
         self._gwidth: dict = {}  # width of grad[l] units (the logits' for l = L)
         self.out_width = int(out_width)  # the logits' width (sizes the run directory only)
