@@ -423,16 +423,16 @@ def plot(out: dict, path: str) -> None:
         ax.bar(xs, rd, width, color=f"C{i}", label=f"{label} read")
         ax.bar(xs, wr, width, bottom=rd, color=f"C{i}", alpha=0.5, label=f"{label} written")
     ax.set_xticks(np.arange(len(models)),
-                  [f"{m}\n(a) {by_model[m]['ratio_autograd_vs_grads']:.1f}x (default), "
+                  [f"{m}\n(a) {by_model[m]['ratio_autograd_vs_grads']:.1f}x (default)\n"
                    f"{by_model[m]['ratio_autograd']:.1f}x (bypass), (a') "
                    f"{by_model[m]['ratio_autograd_swap']:.1f}x / {by_model[m]['target_autograd']:.1f}"
                    f"\n(b) {by_model[m]['ratio_snapshot']:.1f}x / {by_model[m]['target_snapshot']:.1f}"
-                   for m in models], fontsize=8)
+                   for m in models], fontsize=7)
     ax.set_ylabel("GiB per epoch")
     alpha = next(iter(by_model.values()))["alpha"]
     ax.set_title(f"storage bytes per epoch (alpha = {alpha:.2f}); baseline/tier ratio / target",
                  fontsize=9)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=6, ncol=2)
     e = out["epoch_time"]
     ax = axes[1]
     labels = ["in-memory", "tier cached\n(bypass)", "tier cached\n(lazy)",
