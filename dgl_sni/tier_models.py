@@ -132,19 +132,6 @@ class TierModel(nn.Module):
         drop = self.dropper(layer)
         return h if drop is None else drop(h, keys, "feat")
 
-    # ------------------------------------------------------------------ source-major backward
-    def source_major(self, layer: int) -> bool:
-        """Whether the tier may backpropagate ``layer`` source unit by source unit
-        (:class:`storage_tier.protocols.SourceMajorModel`). False for user models: the
-        engine then recomputes ``layer_forward`` under autograd, which every model supports."""
-        return False
-
-    def layer_backward_sources(self, layer, rblock, g_src, x, g_own, input_grad):
-        raise NotImplementedError(f"{type(self).__name__} declares no source-major backward")
-
-    def activation_backward(self, layer, grad, out):
-        raise NotImplementedError(f"{type(self).__name__} declares no source-major backward")
-
     # ------------------------------------------------------------------ whole-block use
     def forward(self, block: GraphBlock, x_src: torch.Tensor, step: int = 0,
                 dropout_seed: int = 0) -> torch.Tensor:
@@ -175,6 +162,8 @@ class _Shipped(TierModel):
         h = self.layers[layer](graph_block, h)
         return h if layer == self.num_layers - 1 else F.relu(h)
 
+    # the source-major backward (storage_tier.protocols.SourceMajorModel); a user model on
+    # the base class does not declare it, and the engine recomputes its layer_forward instead
     def source_major(self, layer):
         """GCN and SAGE layers are linear in each source row (:class:`~dgl_sni.models.HaloLinear`);
         a subclass that changes :meth:`layer_forward` (another activation...) opts out."""

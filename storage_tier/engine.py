@@ -337,6 +337,8 @@ class TierEngine:
     def _write(self, key, arr, layer: int, phase: str) -> None:
         with self._time(layer, phase, "io_wait_s"):  # blocks only when the write queue is full
             self.io.write_async(key, arr)
+        if key[0] == "grad":
+            self._grad_stored.add(key)
 
     def _wait(self, fut, key, layer, phase):
         with self._time(layer, phase, "io_wait_s"):
@@ -365,20 +367,23 @@ class TierEngine:
                 return self.io.read_to_device(key, self.device)
         return self._wait(fut, key, layer, phase)
 
-    def _emit(self, key, out: torch.Tensor, layer: int, phase: str) -> None:
-        """Write an output unit (bypass) and let the cache keep it if it has room."""
+    def _emit(self, key, out: torch.Tensor, layer: int, phase: str, lazy: bool,
+              unit_eviction: bool = False) -> None:
+        """Hand over a finished unit: under a write-back policy (``lazy``) the cache keeps it
+        dirty if it can make room, else it is written (bypass) and the cache keeps a clean
+        copy if it has room. Outputs make room only by whole groups; gradient units, which
+        the next layer reads, also by single units (``unit_eviction``)."""
         with self._time(layer, phase, "gather_s"):
             buf = self.pool.alloc(tuple(out.shape), zero=False)
             np.copyto(buf, out.detach().to("cpu").numpy())
         self.cache.discard(key)  # any older version is stale
-        if self._lazy_outputs:
-            if self.cache.admit(key, buf, dirty=True, protect_groups=self._active, unit_eviction=False):
-                return
-            self._write(key, buf, layer, phase)
-        else:
-            self._write(key, buf, layer, phase)
-            if self.cache.admit(key, buf, protect_groups=self._active, unit_eviction=False):
-                return
+        self._grad_stored.discard(key)
+        kw = dict(protect_groups=self._active, unit_eviction=unit_eviction)
+        if lazy and self.cache.admit(key, buf, dirty=True, **kw):
+            return
+        self._write(key, buf, layer, phase)
+        if not lazy and self.cache.admit(key, buf, **kw):
+            return
         self.pool.release(buf)  # recycled once its write is done
 
     def _grad_unit(self, key, layer: int):
@@ -455,7 +460,6 @@ class TierEngine:
                     torch.from_numpy(unit).index_add_(0, src.index, torch.from_numpy(g))
             if not resident:  # read-modify-write through storage
                 self._write(key, unit, layer, "bwd")
-                self._grad_stored.add(key)
                 self.pool.release(unit)
 
     def _layer_out(self, layer: int, block, xt: torch.Tensor) -> torch.Tensor:
@@ -527,7 +531,7 @@ class TierEngine:
                     out = self._layer_out(layer, block, xt)
                 self.pool.release(x)
                 del x, xt
-                self._emit(("act", layer + 1, s), out, layer, "fwd")
+                self._emit(("act", layer + 1, s), out, layer, "fwd", self._lazy_outputs)
                 del out
         if compute and self.plan.num_halo:
             self._exchange_forward(layer + 1)
@@ -568,7 +572,7 @@ class TierEngine:
                     loss += value.item()
                     correct += int((out[mask].argmax(1) == labels).sum())
             self._gwidth[L] = grad.shape[1]
-            self._emit_grad(("grad", L, part.index), grad.cpu(), L - 1)
+            self._emit(("grad", L, part.index), grad, L - 1, "bwd", self._lazy_grads, unit_eviction=True)
         return loss, correct
 
     def _logits(self, phase: str, active: set):
@@ -642,7 +646,7 @@ class TierEngine:
                         grad = model.drop_rows(layer, grad, rp.keys)
                 del g_src, g_own, xin
                 if need_grad and halo:
-                    received = self._exchange_sources(layer, grad)
+                    received = self._exchange_grad(layer, grad)
                     grad = None
                 elif need_grad:
                     if received is not None:
@@ -659,7 +663,7 @@ class TierEngine:
                     self.cache.discard(key)
                 del x
                 if grad is not None:
-                    self._emit_grad(("grad", layer, q), grad, layer)
+                    self._emit(("grad", layer, q), grad, layer, "bwd", self._lazy_grads, unit_eviction=True)
                 del grad
         self.cache.discard_group(("grad", gk))
         for p in plan.unit_parts:
@@ -667,14 +671,11 @@ class TierEngine:
             self.io.delete(("grad", gk, p))
         if layer > 0:
             self.cache.discard_group(("act", layer))
-        if need_grad and not self._lazy_grads:
-            self.cache.flush([("grad", layer, p) for p in owned])
-            for p in owned:
-                if ("grad", layer, p) in self.cache:
-                    self._grad_stored.add(("grad", layer, p))
+        # (bypass: every gradient unit was written as it was emitted)
 
-    def _exchange_sources(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None:
-        """The halo rows' gradient to the exchange; the owned rows' share from the others."""
+    def _exchange_grad(self, layer: int, grad_halo: torch.Tensor) -> torch.Tensor | None:
+        """The halo rows' gradient to the exchange; the owned rows' share from the others
+        (view numbering), or None."""
         plan = self.plan
         received = self.exchange.backward_rows(layer, grad_halo.contiguous())
         if received is None:
@@ -683,27 +684,6 @@ class TierEngine:
             raise ValueError(f"exchange.backward_rows({layer}) returned shape {tuple(received.shape)}, "
                              f"expected {(plan.num_owned, self.dims[layer])}")
         return received.to(torch.float32)
-
-    def _emit_grad(self, key, grad: torch.Tensor, layer: int) -> None:
-        """A complete gradient unit: kept in the cache (dirty under the gradient write-back
-        policies, written when evicted), or written at once (bypass), or both."""
-        buf = self.pool.alloc(tuple(grad.shape), zero=False)
-        np.copyto(buf, grad.detach().numpy())
-        self.cache.discard(key)
-        self._grad_stored.discard(key)
-        if self._lazy_grads:
-            if self.cache.admit(key, buf, dirty=True, protect_groups=self._active):
-                return
-        else:
-            self._write(key, buf, layer, "bwd")
-            self._grad_stored.add(key)
-            if self.cache.admit(key, buf, protect_groups=self._active):
-                return
-            self.pool.release(buf)
-            return
-        self._write(key, buf, layer, "bwd")
-        self._grad_stored.add(key)
-        self.pool.release(buf)
 
     def _backward_layer(self, layer: int, global_train: float) -> tuple:
         plan, parts = self.plan, self.plan.parts
@@ -828,22 +808,20 @@ class TierEngine:
         if halo.shape != (plan.num_halo, self.dims[layer]):
             raise ValueError(f"exchange.forward_rows({layer}) returned shape {halo.shape}, "
                              f"expected {(plan.num_halo, self.dims[layer])}")
-        self._emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg")
+        self._emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg",
+                   self._lazy_outputs)
 
     def _exchange_backward(self, layer: int) -> None:
         plan = self.plan
         key = ("grad", layer, plan.halo_part)
         unit, _ = self._grad_unit(key, layer)
-        received = self.exchange.backward_rows(layer, torch.from_numpy(np.ascontiguousarray(unit.copy())))
+        received = self._exchange_grad(layer, torch.from_numpy(unit.copy()))
         self.cache.discard(key)
         self._grad_stored.discard(key)
         self.io.delete(key)
         if received is None:
             return
-        extra = np.asarray(received.numpy(), dtype=np.float32)
-        if extra.shape != (plan.num_owned, self.dims[layer]):
-            raise ValueError(f"exchange.backward_rows({layer}) returned shape {extra.shape}, "
-                             f"expected {(plan.num_owned, self.dims[layer])}")
+        extra = received.numpy()
         for p in range(plan.num_parts):
             k = ("grad", layer, p)
             lo, hi = plan.unit_range(p)
@@ -851,7 +829,6 @@ class TierEngine:
             g += extra[plan.perm[lo:hi]]
             if not resident:
                 self._write(k, g, layer, "bwd")
-                self._grad_stored.add(k)
 
 
 class _OwnedReader:

@@ -226,6 +226,22 @@ class SubpartitionPlan:
                     subpart_rows_min=min(sizes), subpart_rows_max=max(sizes),
                     num_owned=self.num_owned, num_halo=self.num_halo)
 
+    def sources_of(self, tier_rows: np.ndarray, start: int) -> list:
+        """The :class:`Source` list gathering sorted unique ``tier_rows`` into rows
+        ``start, start+1, ...`` of a block: one per unit they fall in (``rows=None`` where
+        they are the whole unit)."""
+        if not tier_rows.shape[0]:
+            return []
+        upart, urow = self.locate(tier_rows)
+        starts = np.flatnonzero(np.diff(upart, prepend=-1))
+        ends = np.append(starts[1:], upart.shape[0])
+        out = []
+        for a, b in zip(starts, ends):
+            p = int(upart[a])
+            whole = b - a == self.unit_rows(p)  # sorted unique rows of the unit: all of them
+            out.append(Source(p, None if whole else urow[a:b].copy(), start + int(a), start + int(b)))
+        return out
+
     def reverse_parts(self) -> dict:
         """``{unit part: ReversePart}`` for every unit, built from the forward blocks on
         first use (an engine whose model backpropagates source-major asks for them)."""
@@ -269,15 +285,7 @@ class SubpartitionPlan:
             graph = dgl.create_block((torch.from_numpy(local.astype(np.int64)), torch.from_numpy(e_u)),
                                      num_src_nodes=gathered.shape[0], num_dst_nodes=hi - lo)
             graph.create_formats_()
-            sources = []
-            if gathered.shape[0]:
-                upart, urow = self.locate(gathered)
-                starts = np.flatnonzero(np.diff(upart, prepend=-1))
-                ends = np.append(starts[1:], upart.shape[0])
-                for s, e in zip(starts, ends):
-                    p = int(upart[s])
-                    whole = e - s == self.unit_rows(p)  # sorted unique rows: all of them
-                    sources.append(Source(p, None if whole else urow[s:e].copy(), int(s), int(e)))
+            sources = self.sources_of(gathered, 0)
             index = torch.from_numpy(gathered)
             block = ReverseBlock(graph=graph, num_src=int(gathered.shape[0]), num_dst=hi - lo,
                                  v_norm=v_norm[index], v_degree=v_degree[index],
@@ -324,13 +332,7 @@ class SubpartitionPlan:
             block.src_norm = rs.src_norm[torch.from_numpy(view_src)]
             block.dst_norm = rs.dst_norm[torch.from_numpy(perm[lo:hi])]
             sources = [Source(s, None, 0, n_s)]
-            if boundary.shape[0]:
-                upart, urow = plan.locate(boundary)
-                starts = np.flatnonzero(np.diff(upart, prepend=-1)) if upart.size else zeros
-                ends = np.append(starts[1:], upart.shape[0])
-                for a, b in zip(starts, ends):
-                    sources.append(Source(int(upart[a]), urow[a:b].copy(),
-                                          n_s + int(a), n_s + int(b)))
+            sources.extend(plan.sources_of(boundary, n_s))
             rows = perm[lo:hi]
             plan.parts.append(SubPartition(
                 index=s, start=lo, stop=hi, block=block, sources=sources,

@@ -105,7 +105,8 @@ def test_exact_under_engine_options(graph, tmp_path, options):
 def test_source_major_backward_only_where_the_model_allows_it(graph, tmp_path):
     """GCN/SAGE backpropagate source-major by default (hoisted dropout or not); GAT, a
     model changing ``layer_forward`` and the snapshot mode use the regather pass."""
-    from dgl_sni.tier_models import TierGCN
+    from dgl_sni.models import GCNLayer
+    from dgl_sni.tier_models import TierGCN, TierModel
 
     class EluGCN(TierGCN):
         def layer_forward(self, layer, graph_block, h):
@@ -121,6 +122,44 @@ def test_source_major_backward_only_where_the_model_allows_it(graph, tmp_path):
     assert not used("gat") and not used(mode="snapshot")
     assert not used(source_major=False)
     assert not used(model=EluGCN(graph.feat_dim, 8, graph.num_classes, 2, dropout=0.5))
+
+    class UserModel(TierModel):  # a model on the base class declares no source-major backward
+        def __init__(self):
+            super().__init__(dropout=0.5)
+            self.layers = torch.nn.ModuleList([GCNLayer(graph.feat_dim, 8), GCNLayer(8, graph.num_classes)])
+
+        def layer_forward(self, layer, graph_block, h):
+            h = self.layers[layer](graph_block, self.drop_input(layer, graph_block, h))
+            return h if layer == self.num_layers - 1 else torch.relu(h)
+
+    assert not used(model=UserModel())
+
+
+class _WrongShapeExchange:
+    """Serves zero halo rows and answers a halo gradient with a wrongly shaped tensor."""
+
+    def __init__(self, num_halo):
+        self.num_halo = num_halo
+
+    def begin_step(self, step, training):
+        return "sync"
+
+    def forward_rows(self, layer, owned):
+        return torch.zeros(self.num_halo, 8)
+
+    def backward_rows(self, layer, grad_halo):
+        return torch.zeros(3, 8)
+
+
+@pytest.mark.parametrize("source_major", [True, False])
+def test_an_exchange_answering_a_wrong_shape_is_named(graph, tmp_path, source_major):
+    cfg = ModelConfig(model="gcn", layers=2, hidden=8, dropout=0.0, seed=1)
+    view, owned, halo = worker_view(graph, "gcn", np.arange(0, graph.num_nodes, 2))
+    with TierTrainer(cfg, view, graph.feat_dim, graph.num_classes, num_subparts=2, storage_dir=str(tmp_path),
+                     exchange=_WrongShapeExchange(halo.size), source_major=source_major) as t:
+        assert t.engine.source_major == source_major
+        with pytest.raises(ValueError, match=r"exchange.backward_rows\(1\) returned shape \(3, 8\), expected"):
+            t.train_epoch(0)
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
