@@ -1,5 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
-"""Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, narrow products."""
+"""Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, the float rows' accumulate,
+narrow products."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
@@ -11,6 +12,9 @@ cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
 cdef extern from "csrc/narrow_matmul.hpp" namespace "sni":
     void narrow_matmul(const float* x, int64_t n, int64_t k, const float* w, int64_t m, float* out) nogil
     void narrow_outer(const float* x, int64_t n, int64_t k, const float* g, int64_t m, float* out) nogil
+
+cdef extern from "csrc/row_accumulate.hpp" namespace "sni":
+    void accumulate_float_rows(const float* x, int64_t n, int64_t d, const int64_t* offsets, double* target) nogil
 
 cdef extern from "csrc/row_codec.hpp" namespace "sni":
     void encode_rows(const float* x, int64_t n, int64_t d, int bits, const float* dither,
@@ -88,6 +92,27 @@ def accumulate_rows_into(packed, offsets, target, int bits):
     with nogil:
         accumulate_rows(<const uint8_t*>cnp.PyArray_DATA(pa), n, d, bits, width,
                         <const int64_t*>cnp.PyArray_DATA(fa), <double*>cnp.PyArray_DATA(ta))
+    return target
+
+
+def accumulate_float_rows_into(x, offsets, target):
+    """``target[offsets[r]] += x[r]`` in float64 (``x``: float32 ``[n, d]``; ``target``:
+    float64 ``[rows, d]``; ``offsets``: int64 ``[n]``, each in range); see
+    csrc/row_accumulate.hpp."""
+    _matrix(x, np.float32, "rows")
+    _c_array(offsets, np.int64, "offsets")
+    _matrix(target, np.float64, "target")
+    cdef int64_t n = x.shape[0], d = x.shape[1]
+    if offsets.ndim != 1 or offsets.shape[0] != n:
+        raise ValueError(f"need one offset per row: {n} rows, offsets of shape {offsets.shape}")
+    if target.shape[1] != d:
+        raise ValueError(f"rows of {d} values cannot be added into a target of {target.shape[1]} columns")
+    if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
+        raise IndexError(f"offsets must lie in [0, {target.shape[0]})")
+    cdef cnp.ndarray xa = x, fa = offsets, ta = target
+    with nogil:
+        accumulate_float_rows(<const float*>cnp.PyArray_DATA(xa), n, d, <const int64_t*>cnp.PyArray_DATA(fa),
+                              <double*>cnp.PyArray_DATA(ta))
     return target
 
 

@@ -18,12 +18,21 @@ from dgl.distributed.kvstore import get_kvstore
 
 from patches.kvstore_lazy_init import lazy_zeros
 
+from .. import _ops
 from .quantize import packed_width, quantized_accumulate_handler
 
 
 def accumulate_push_handler(data_store, name, local_offset, data):
-    """DGL push handler: add pushed rows instead of overwriting them (runs in the server)."""
-    data_store[name].index_add_(0, local_offset, data.to(data_store[name].dtype))
+    """DGL push handler: add pushed rows instead of overwriting them (runs in the server).
+    Float32 rows into a float64 shard (the halo gradients) take the compiled loop
+    (csrc/row_accumulate.hpp: the same sums as ``index_add_``, without its sort of the offsets)."""
+    target = data_store[name]
+    if (data.dtype == torch.float32 and target.dtype == torch.float64 and data.dim() == 2
+            and target.dim() == 2 and target.is_contiguous()):
+        _ops.accumulate_float_rows_into(data.contiguous().numpy(), local_offset.to(torch.int64).contiguous().numpy(),
+                                        target.numpy())
+        return
+    target.index_add_(0, local_offset, data.to(target.dtype))
 
 
 class LayerTensors:

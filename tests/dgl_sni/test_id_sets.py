@@ -72,3 +72,33 @@ def test_set_requests_carry_no_ids():
     _, set_push = rpc.serialize_to_payload(id_sets.PushSetRequest("g1", 0, "halo", torch.ones(1000, 16)))
     assert [t.numel() for t in dgl_pull] == [1000] and set_pull == []
     assert [tuple(t.shape) for t in set_push] == [(1000, 16)]  # the gradient rows only
+
+
+@pytest.mark.parametrize("dtype,shape", [(torch.float32, (10, 16)), (torch.uint8, (10, 24)), (torch.uint8, (10, 13)),
+                                         (torch.float64, (10, 5)), (torch.int16, (10, 3)), (torch.float32, (10, 3, 2))])
+def test_gather_rows_equals_indexing_bit_for_bit(dtype, shape):
+    g = torch.Generator().manual_seed(0)
+    data = (torch.randn(shape, generator=g) * 100).to(dtype)
+    offsets = torch.tensor([9, 0, 4, 4, 7])
+    rows = id_sets.gather_rows(data, offsets)
+    assert rows.dtype == dtype and rows.shape == (5,) + shape[1:] and rows.is_contiguous()
+    assert torch.equal(rows.view(torch.uint8), data[offsets].view(torch.uint8))
+    assert id_sets.gather_rows(data, offsets[:0]).shape == (0,) + shape[1:]
+    # a shard that starts 4 bytes into its storage is read 4 bytes at a time, not 8
+    odd = torch.arange(8 * 11, dtype=torch.uint8)[4:84].view(10, 8)
+    assert torch.equal(id_sets.gather_rows(odd, offsets), odd[offsets])
+
+
+def test_default_handler_pulls_are_gathered_and_other_handlers_called(server, monkeypatch):
+    from dgl.distributed.kvstore import default_pull_handler
+    kv = server.kv_store
+    kv.pull_handlers["h1"] = default_pull_handler
+    gathered = []
+    real = id_sets.gather_rows
+    monkeypatch.setattr(id_sets, "gather_rows", lambda data, off: gathered.append(off) or real(data, off))
+    id_sets.RegisterSetRequest("h1", 0, "halo", torch.tensor([108, 102])).process_request(server)
+    rows = id_sets.PullSetRequest("h1", 0, "halo").process_request(server).rows
+    assert torch.equal(rows, kv.data_store["h1"][[8, 2]]) and len(gathered) == 1
+    kv.pull_handlers["h1"] = lambda store, name, local: -store[name][local]  # the tensor's own handler
+    rows = id_sets.PullSetRequest("h1", 0, "halo").process_request(server).rows
+    assert torch.equal(rows, -kv.data_store["h1"][[8, 2]]) and len(gathered) == 1
