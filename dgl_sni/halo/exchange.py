@@ -397,15 +397,18 @@ class KVHaloExchange:
         if self.pushes_halo_grad():
             self._push(layer, grad_halo)
 
-    def _received_grad(self, layer: int) -> torch.Tensor:
+    def _received_grad(self, layer: int, copy: bool = True) -> torch.Tensor | None:
         """The gradient for owned rows: what the others pushed (flushed: after
         :meth:`_send_grad`), or on a step that sends none the gradients of the syncs
-        (``last``) or zeros. The exchange may keep it: callers add it out of place."""
+        (``last``) or zeros. The exchange may keep it: callers add it out of place.
+        ``copy=False`` (a caller that only adds it out of place): the kept gradient itself,
+        and ``None`` for zeros."""
         if not self.pushes_halo_grad():
             last = self._sync_grad.get(layer) if self.cfg.stale_grad == "last" else None
             if last is not None:
-                return last.clone()  # autograd may add into what it is given; the kept one stays
-            return torch.zeros((self.num_owned, self.dims[layer - 1]))
+                # autograd may add into what it is given; the kept one stays
+                return last.clone() if copy else last
+            return torch.zeros((self.num_owned, self.dims[layer - 1])) if copy else None
         with self.counters.timing("comm_s"):
             self.halo_set.flush()  # the owners applied the pushes
         self.collective.barrier()
@@ -561,7 +564,8 @@ class _HaloGate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_owned):
-        return grad_owned + ctx.exchange._received_grad(ctx.layer), None, None
+        received = ctx.exchange._received_grad(ctx.layer, copy=False)  # added out of place here
+        return (grad_owned if received is None else grad_owned + received), None, None
 
 
 class _HaloRowsFunction(torch.autograd.Function):
@@ -588,7 +592,8 @@ class _HaloSumFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split: HaloSplit, scale):
         ctx.exchange, ctx.layer, ctx.split, ctx.scale = exchange, layer, split, scale
-        return exchange._summed(layer, owned, split, scale).clone()  # a new tensor per step
+        total = exchange._summed(layer, owned, split, scale)
+        return total.view_as(total)  # a new tensor per step, over the kept sum (only read)
 
     @staticmethod
     def backward(ctx, grad_sum):
