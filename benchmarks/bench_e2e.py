@@ -87,7 +87,8 @@ def summarize_run(metrics: dict, name: str) -> dict:
     staled = cfg.get("sync_interval", 1) > 1 or cfg.get("sync_policy") == "pipeline"
     warmup = cfg.get("warmup") or 0 if staled else 0
     measured = epochs[max(SKIP, warmup):] or epochs  # steady state: after start-up and warm-up
-    keys = ("time_s", "comp_s", "comm_s", "sync_s", "predictor_s", "transfer_s", "agent_wait_s", "cpu_s")
+    keys = ("time_s", "comp_s", "comm_s", "sync_s", "predictor_s", "transfer_s", "agent_wait_s", "cpu_s",
+            "steal_s")
     breakdown = {}
     for mode in ("sync", "stale", "pipelined"):
         sel = [e for e in measured if e["mode"] == mode]
@@ -101,12 +102,16 @@ def summarize_run(metrics: dict, name: str) -> dict:
     config.update(metrics.get("in_effect", {}))  # what an unset default meant in this run
     cpu = [e["cpu_s"] for e in measured if e.get("cpu_s") is not None]
     cores = os.cpu_count() or 1  # the emulated machines share this host's cores
+    steal = [e["steal_s"] for e in measured if e.get("steal_s") is not None]
     return dict(name=name, config=config,
                 epochs=len(epochs), train_time_s=t,
                 epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
                 # the trainers' CPU time per epoch (summed) over the host's cores: the epoch compute
                 # alone would take here if the cores never waited (servers and agents excluded)
                 cpu_floor_s=statistics.mean(cpu) / cores if cpu else None, host_cores=cores,
+                # the share of the host's cores a shared VM lost to its hypervisor over these
+                # epochs: a run well above its neighbours' was slowed by the host, not the code
+                steal_share=sum(steal) / (sum(e["time_s"] for e in measured) * cores) if steal else None,
                 bytes_per_epoch=_median([e["bytes_sent"] + e["bytes_recv"] for e in measured]),
                 best_val_acc=epochs[best].get("val_acc"), best_epoch=best,
                 test_acc_at_best_val=epochs[best].get("test_acc"), final_test_acc=epochs[-1].get("test_acc"),
@@ -213,14 +218,15 @@ def _print(graph, link, judged, runs, seed=None) -> None:
     print(f"  target val acc {judged['target_val_acc']:.4f}; exchange efficiency (interval 1) "
           f"{_fmt(judged.get('exchange_efficiency_interval1'), '.2f')}")
     print(f"  {'run':16s} {'ms/epoch':>9s} {'x epoch':>8s} {'to target s':>12s} {'x target':>9s} "
-          f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s} {'vs CPU':>7s} {'CPU cap':>8s}")
+          f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s} {'vs CPU':>7s} {'CPU cap':>8s} "
+          f"{'steal':>6s}")
     for r in runs:
         print(f"  {r['name']:16s} {_fmt(r['epoch_s'] and r['epoch_s'] * 1e3, '.0f'):>9s} "
               f"{_fmt(r.get('epoch_speedup'), '.2f'):>8s} {_fmt(r.get('time_to_target_s'), '.1f'):>12s} "
               f"{_fmt(r.get('time_to_target_speedup'), '.2f'):>9s} {_fmt(r['best_val_acc'], '.4f'):>9s} "
               f"{_fmt(r['final_test_acc'], '.4f'):>10s} {_fmt(r.get('epoch_over_floor'), '.2f'):>9s} "
               f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s} {_fmt(r.get('epoch_over_cpu_floor'), '.2f'):>7s} "
-              f"{_fmt(r.get('cpu_bound_speedup'), '.2f'):>8s}", flush=True)
+              f"{_fmt(r.get('cpu_bound_speedup'), '.2f'):>8s} {_fmt(r.get('steal_share'), '.1%'):>6s}", flush=True)
 
 
 def _print_seeds(summary: dict) -> None:

@@ -16,6 +16,21 @@ from dataclasses import asdict, dataclass, field
 from storage_tier.memory import peak_rss_mb  # noqa: F401  (re-exported: the worker reports it)
 
 COUNTER_KEYS = ("comm_s", "sync_s", "bytes_sent", "bytes_recv")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def host_steal_s(stat_path: str = "/proc/stat") -> float | None:
+    """CPU time the hypervisor has taken from this host's cores since boot (all cores, the
+    ``steal`` column of ``/proc/stat``), in seconds; ``None`` where the kernel does not say.
+    The difference over an epoch is how much of it a shared virtual machine lost."""
+    try:
+        with open(stat_path) as fh:
+            fields = fh.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    return int(fields[8]) / _CLOCK_TICKS
 
 
 @dataclass
@@ -62,6 +77,7 @@ SUMMED = ("bytes_sent", "bytes_recv", "eval_bytes", "measure_bytes", "predictor_
           "cache_writeback_bytes", "fwd_bytes_read", "fwd_bytes_written", "bwd_bytes_read",
           "bwd_bytes_written")
 MAXED = ("time_s", "comm_s", "sync_s", "comp_s", "eval_s",
+         "steal_s",  # host-wide: every trainer of the machine reads the same counter
          "io_wait_s", "gather_s", "compute_s", "storage_read_s", "storage_write_s", "peak_rss_mb",
          "cache_peak_bytes", "cache_budget_bytes")
 # staleness means derived from per-worker sums: name -> (numerator, denominator)

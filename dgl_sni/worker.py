@@ -37,7 +37,7 @@ from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo import id_sets
 from .halo.exchange import KVHaloExchange
 from .halo.tensors import LayerTensors
-from .metrics import Counters, merge_epoch, peak_rss_mb, summarize, write_metrics
+from .metrics import Counters, host_steal_s, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import read_meta
 from .progress import EpochGate, Progress, emit
 from .sni.sampling import halo_edge_counts
@@ -249,12 +249,14 @@ class WorkerSession:
 
     def _epoch(self, trainer, exchange, cfg, epoch: int, gate) -> dict:
         counters = self.counters
-        cpu = time.process_time()
+        cpu, steal = time.process_time(), host_steal_s()
         rec = trainer.train_epoch(epoch)
         start = time.perf_counter()  # what the step left running (pipelined rows, transfer scoring)
         trainer.exchange.complete_step()  # finishes now, charged to the step
         rec["time_s"] += time.perf_counter() - start
         rec["cpu_s"] = time.process_time() - cpu  # every thread of this trainer process
+        if steal is not None:  # the host's cores lost to the hypervisor meanwhile (shared VMs)
+            rec["steal_s"] = host_steal_s() - steal
         exchange.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
         evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:

@@ -62,3 +62,28 @@ def test_the_cpu_floor_is_the_trainers_cpu_time_over_the_hosts_cores():
     bench_e2e.compare([_run("interval1", 1.0, [0.5, 0.8, 0.9], 0.88), run], "1gbit", 4)
     assert abs(run["epoch_over_cpu_floor"] - 0.5 / (0.8 / cores)) < 1e-12
     assert abs(run["cpu_bound_speedup"] - 1.0 / (0.8 / cores)) < 1e-12
+
+
+def test_the_hosts_stolen_time_is_read_from_proc_stat_and_reported_per_run(tmp_path):
+    from dgl_sni.metrics import host_steal_s, merge_epoch
+    stat = tmp_path / "stat"
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat.write_text(f"cpu  4419554 0 829543 8861321 23214 0 206734 {3 * ticks} 0 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert host_steal_s(str(stat)) == 3.0
+    stat.write_text("cpu  1 2 3\n")  # an old kernel without the column
+    assert host_steal_s(str(stat)) is None
+    assert host_steal_s(str(tmp_path / "absent")) is None
+    # every trainer reads the same host counter: the epoch keeps one reading, not their sum
+    merged = merge_epoch([dict(epoch=0, mode="sync", steal_s=0.2, cpu_s=1.0), dict(epoch=0, mode="sync", steal_s=0.3, cpu_s=1.0)])
+    assert merged["steal_s"] == 0.3 and merged["cpu_s"] == 2.0
+    epochs = [dict(epoch=i, mode="sync", time_s=0.5, comp_s=0.3, comm_s=0.1, sync_s=0.1, cpu_s=0.8,
+                   steal_s=0.05 if i % 2 else 0.15, bytes_sent=1, bytes_recv=1, loss=1.0, val_acc=0.5,
+                   test_acc=0.5) for i in range(30)]
+    run = bench_e2e.summarize_run(dict(config=dict(sync_interval=1), epochs=epochs), "interval1")
+    cores = os.cpu_count() or 1
+    measured = epochs[bench_e2e.SKIP:]
+    want = sum(e["steal_s"] for e in measured) / (0.5 * len(measured) * cores)
+    assert abs(run["steal_share"] - want) < 1e-12
+    assert run["breakdown"]["sync"]["steal_s"] in (0.05, 0.15, 0.1)
+    without = [{k: v for k, v in e.items() if k != "steal_s"} for e in epochs]
+    assert bench_e2e.summarize_run(dict(config=dict(sync_interval=1), epochs=without), "i1")["steal_share"] is None
