@@ -397,18 +397,16 @@ class KVHaloExchange:
         if self.pushes_halo_grad():
             self._push(layer, grad_halo)
 
-    def _received_grad(self, layer: int, copy: bool = True) -> torch.Tensor | None:
+    def _received_grad(self, layer: int) -> torch.Tensor:
         """The gradient for owned rows: what the others pushed (flushed: after
         :meth:`_send_grad`), or on a step that sends none the gradients of the syncs
-        (``last``) or zeros. The exchange may keep it: callers add it out of place.
-        ``copy=False`` (a caller that only adds it out of place): the kept gradient itself,
-        and ``None`` for zeros."""
+        (``last``, the kept tensor itself, not a copy) or zeros. The exchange may keep it:
+        callers only read it (the autograd nodes and the tier's engine add it out of place)."""
         if not self.pushes_halo_grad():
             last = self._sync_grad.get(layer) if self.cfg.stale_grad == "last" else None
             if last is not None:
-                # autograd may add into what it is given; the kept one stays
-                return last.clone() if copy else last
-            return torch.zeros((self.num_owned, self.dims[layer - 1])) if copy else None
+                return last
+            return torch.zeros((self.num_owned, self.dims[layer - 1]))
         with self.counters.timing("comm_s"):
             self.halo_set.flush()  # the owners applied the pushes
         self.collective.barrier()
@@ -564,8 +562,7 @@ class _HaloGate(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_owned):
-        received = ctx.exchange._received_grad(ctx.layer, copy=False)  # added out of place here
-        return (grad_owned if received is None else grad_owned + received), None, None
+        return grad_owned + ctx.exchange._received_grad(ctx.layer), None, None  # out of place
 
 
 class _HaloRowsFunction(torch.autograd.Function):

@@ -337,7 +337,7 @@ class _RecordingExchange:
         self.events.append(("gradients pushed", layer))
         self.sent[layer] = grad_halo.clone()
 
-    def _received_grad(self, layer, copy=True):
+    def _received_grad(self, layer):
         self.events.append(("gradients received", layer))
         return torch.zeros(self.n_own, self.rows[layer].shape[1])
 
