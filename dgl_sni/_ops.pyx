@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
 """Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, the float rows' accumulate,
-narrow products."""
+narrow products, the layers' row epilogue."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
@@ -9,9 +9,29 @@ cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
     void keyed_dropout(const float* x, float* y, int64_t rows, int64_t cols,
                        const int64_t* keys, uint64_t seed, uint32_t threshold, float scale) nogil
 
+cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
+    cdef struct RowDropout:
+        const int64_t* keys
+        uint64_t seed
+        uint32_t threshold
+        float scale
+
 cdef extern from "csrc/narrow_matmul.hpp" namespace "sni":
-    void narrow_matmul(const float* x, int64_t n, int64_t k, const float* w, int64_t m, float* out) nogil
-    void narrow_outer(const float* x, int64_t n, int64_t k, const float* g, int64_t m, float* out) nogil
+    void narrow_matmul(const float* x, int64_t n, int64_t k, const float* w, int64_t m, float* out,
+                       const float* in_scale, const float* out_scale, RowDropout drop) nogil
+    void narrow_outer(const float* x, int64_t n, int64_t k, const float* g, int64_t m, float* out,
+                      const float* g_scale, RowDropout drop) nogil
+
+cdef extern from "csrc/row_sum.hpp" namespace "sni":
+    void row_sum(const float* x, int64_t d, const int64_t* indptr, const int64_t* indices, int64_t n,
+                 float* out) nogil
+    int64_t kPrefetchEdges
+
+cdef extern from "csrc/row_epilogue.hpp" namespace "sni":
+    void scale_bias_act(const float* s, const float* t, const float* rs, const float* b, int64_t n,
+                        int64_t d, bint relu, float* y) nogil
+    void scale_bias_act_backward(const float* g, const float* y, const float* rs, int64_t n, int64_t d,
+                                 float* gs, float* part, double* gb) nogil
 
 cdef extern from "csrc/row_accumulate.hpp" namespace "sni":
     void accumulate_float_rows(const float* x, int64_t n, int64_t d, const int64_t* offsets, double* target) nogil
@@ -116,6 +136,28 @@ def accumulate_float_rows_into(x, offsets, target):
     return target
 
 
+cdef uint32_t _drop_threshold(double p):
+    return <uint32_t>min(p * 4294967296.0, 4294967295.0)
+
+
+cdef RowDropout _row_dropout(keys, uint64_t seed, double p, int64_t n) except *:
+    """The dropout a narrow product applies to its rows (``keys`` ``None``: none)."""
+    cdef RowDropout drop
+    cdef cnp.ndarray ka
+    drop.keys, drop.seed, drop.threshold, drop.scale = <const int64_t*>NULL, 0, 0, 1.0
+    if keys is None:
+        return drop
+    _c_array(keys, np.int64, "dropout keys")
+    if keys.ndim != 1 or keys.shape[0] != n:
+        raise ValueError(f"need one dropout key per row: {n} rows, keys of shape {keys.shape}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+    ka = keys
+    drop.keys = <const int64_t*>cnp.PyArray_DATA(ka)
+    drop.seed, drop.threshold, drop.scale = seed, _drop_threshold(p), <float>(1.0 / (1.0 - p))
+    return drop
+
+
 def keyed_dropout_into(x, out, keys, uint64_t seed, double p):
     """``out = x * mask / (1 - p)`` with the mask a function of ``(seed, keys[row], col)``.
 
@@ -137,7 +179,7 @@ def keyed_dropout_into(x, out, keys, uint64_t seed, double p):
     cdef cnp.ndarray xa = x, oa = out, ka = keys
     cdef int64_t rows = x.shape[0]
     cdef int64_t cols = x.size // rows if rows else 0
-    cdef uint32_t threshold = <uint32_t>min(p * 4294967296.0, 4294967295.0)
+    cdef uint32_t threshold = _drop_threshold(p)
     cdef float scale = <float>(1.0 / (1.0 - p))
     with nogil:
         keyed_dropout(<const float*>cnp.PyArray_DATA(xa), <float*>cnp.PyArray_DATA(oa), rows, cols,
@@ -154,8 +196,21 @@ def _narrow(a, what):
         raise ValueError(f"{what} has {a.shape[1]} columns; the narrow products take at most {NARROW_MAX}")
 
 
-def _narrow_product(x, b, out, bint outer):
-    """``out = x @ b`` (``outer``: ``x.T @ b``) with ``b``'s columns, ``m``, at most 16."""
+cdef const float* _row_scale(scale, int64_t n, what) except? NULL:
+    """The data of a per-row scale (float32, C-contiguous, ``n`` values), or NULL for ``None``."""
+    if scale is None:
+        return NULL
+    _c_array(scale, np.float32, what)
+    if scale.size != n:
+        raise ValueError(f"{what} needs one value per row: {n} rows, {scale.size} values")
+    cdef cnp.ndarray sa = scale
+    return <const float*>cnp.PyArray_DATA(sa)
+
+
+def _narrow_product(x, b, out, bint outer, in_scale=None, out_scale=None, drop=None):
+    """``out = x @ b`` (``outer``: ``x.T @ b``) with ``b``'s columns, ``m``, at most 16;
+    ``in_scale`` scales the rows of ``x`` (``outer``: of ``b``), ``out_scale`` the output rows;
+    ``drop`` (``(keys, seed, p)``) drops the rows of ``x`` as :func:`keyed_dropout_into` would."""
     _matrix(x, np.float32, "x")
     _narrow(b, "g" if outer else "w")
     _narrow(out, "out")
@@ -168,19 +223,120 @@ def _narrow_product(x, b, out, bint outer):
     cdef const float* xp = <const float*>cnp.PyArray_DATA(xa)
     cdef const float* bp = <const float*>cnp.PyArray_DATA(ba)
     cdef float* op = <float*>cnp.PyArray_DATA(oa)
+    cdef const float* isp = _row_scale(in_scale, n, "in_scale")
+    cdef const float* osp = _row_scale(out_scale, n, "out_scale")
+    cdef RowDropout rd = _row_dropout(None, 0, 0.0, n) if drop is None else _row_dropout(drop[0], drop[1], drop[2], n)
+    if rd.keys != NULL and isp != NULL and not outer:
+        raise ValueError("a narrow product drops or scales its rows, not both")
     with nogil:
         if outer:
-            narrow_outer(xp, n, k, bp, m, op)
+            narrow_outer(xp, n, k, bp, m, op, isp, rd)
         else:
-            narrow_matmul(xp, n, k, bp, m, op)
+            narrow_matmul(xp, n, k, bp, m, op, isp, osp, rd)
     return out
 
 
-def narrow_matmul_into(x, w, out):
-    """``out [n, m] = x [n, k] @ w [k, m]`` for ``m <= 16`` (float32, C-contiguous)."""
-    return _narrow_product(x, w, out, False)
+def narrow_matmul_into(x, w, out, in_scale=None, out_scale=None, drop=None):
+    """``out [n, m] = x [n, k] @ w [k, m]`` for ``m <= 16`` (float32, C-contiguous); with
+    ``in_scale`` (``[n]``) the rows of ``x`` are scaled first, with ``out_scale`` the output's;
+    with ``drop`` (``(keys, seed, p)``) the rows of ``x`` are keyed-dropped first."""
+    return _narrow_product(x, w, out, False, in_scale, out_scale, drop)
 
 
-def narrow_outer_into(x, g, out):
-    """``out [k, m] = x [n, k].T @ g [n, m]`` for ``m <= 16`` (float32, C-contiguous)."""
-    return _narrow_product(x, g, out, True)
+def narrow_outer_into(x, g, out, g_scale=None, drop=None):
+    """``out [k, m] = x [n, k].T @ g [n, m]`` for ``m <= 16`` (float32, C-contiguous); with
+    ``g_scale`` (``[n]``) the rows of ``g`` are scaled first, with ``drop`` those of ``x``
+    keyed-dropped."""
+    return _narrow_product(x, g, out, True, g_scale, None, drop)
+
+
+def scale_bias_act_into(s, t, rs, b, bint relu, out):
+    """``out = act((s + t) * rs[:, None] + b)`` (``t``, ``b``: ``None`` to leave out; act: relu
+    or the identity); float32, C-contiguous; see csrc/row_epilogue.hpp."""
+    _matrix(s, np.float32, "rows")
+    _matrix(out, np.float32, "out")
+    cdef int64_t n = s.shape[0], d = s.shape[1]
+    if out.shape != s.shape or (t is not None and t.shape != s.shape):
+        raise ValueError(f"shape mismatch: rows {s.shape}, added rows {None if t is None else t.shape}, "
+                         f"out {out.shape}")
+    if t is not None:
+        _c_array(t, np.float32, "added rows")
+    if b is not None:
+        _c_array(b, np.float32, "bias")
+        if b.size != d:
+            raise ValueError(f"a bias of {b.size} values for rows of {d}")
+    cdef const float* rsp = _row_scale(rs, n, "row scale")
+    if rsp == NULL:
+        raise ValueError("the row epilogue needs a row scale")
+    cdef cnp.ndarray sa = s, oa = out, ta, ba
+    cdef const float* tp = NULL
+    cdef const float* bp = NULL
+    if t is not None:
+        ta = t
+        tp = <const float*>cnp.PyArray_DATA(ta)
+    if b is not None:
+        ba = b
+        bp = <const float*>cnp.PyArray_DATA(ba)
+    with nogil:
+        scale_bias_act(<const float*>cnp.PyArray_DATA(sa), tp, rsp, bp, n, d, relu,
+                       <float*>cnp.PyArray_DATA(oa))
+    return out
+
+
+def scale_bias_act_backward_into(g, y, rs, gs, gb):
+    """The row epilogue's backward: ``z = g * (y > 0)`` (``y``: ``None`` without the relu),
+    ``gs = z * rs[:, None]``, ``gb += z.sum(0)`` in float64 (``gb``: ``None`` without a bias)."""
+    _matrix(g, np.float32, "gradient")
+    _matrix(gs, np.float32, "out")
+    cdef int64_t n = g.shape[0], d = g.shape[1]
+    if gs.shape != g.shape or (y is not None and y.shape != g.shape):
+        raise ValueError(f"shape mismatch: gradient {g.shape}, rows {None if y is None else y.shape}, out {gs.shape}")
+    if y is not None:
+        _c_array(y, np.float32, "rows")
+    if gb is not None:
+        _c_array(gb, np.float64, "bias gradient")
+        if gb.size != d:
+            raise ValueError(f"a bias gradient of {gb.size} values for rows of {d}")
+    cdef const float* rsp = _row_scale(rs, n, "row scale")
+    if rsp == NULL:
+        raise ValueError("the row epilogue needs a row scale")
+    part = np.empty(d, np.float32)
+    cdef cnp.ndarray ga = g, sa = gs, pa = part, ya, ba
+    cdef const float* yp = NULL
+    cdef double* bp = NULL
+    if y is not None:
+        ya = y
+        yp = <const float*>cnp.PyArray_DATA(ya)
+    if gb is not None:
+        ba = gb
+        bp = <double*>cnp.PyArray_DATA(ba)
+    with nogil:
+        scale_bias_act_backward(<const float*>cnp.PyArray_DATA(ga), yp, rsp, n, d,
+                                <float*>cnp.PyArray_DATA(sa), <float*>cnp.PyArray_DATA(pa), bp)
+    return gs
+
+
+
+PREFETCH_PAD = kPrefetchEdges  # row_sum_into's indices carry this many readable entries past the last edge
+
+
+def row_sum_into(x, indptr, indices, out):
+    """``out[v] = sum of x[indices[e]]`` over ``e`` in ``indptr[v] .. indptr[v + 1]`` (float32
+    rows, int64 ``indptr [n + 1]`` and ``indices``, which hold :data:`PREFETCH_PAD` valid row
+    ids past ``indptr[n]``); see csrc/row_sum.hpp."""
+    _matrix(x, np.float32, "rows")
+    _matrix(out, np.float32, "out")
+    _c_array(indptr, np.int64, "indptr")
+    _c_array(indices, np.int64, "indices")
+    cdef int64_t n = out.shape[0], d = x.shape[1]
+    if out.shape[1] != d:
+        raise ValueError(f"sums of rows of {d} values into rows of {out.shape[1]}")
+    if indptr.ndim != 1 or indptr.shape[0] != n + 1:
+        raise ValueError(f"indptr needs {n + 1} entries for {n} rows, got {indptr.shape}")
+    if indptr[0] != 0 or indices.shape[0] < indptr[n] + PREFETCH_PAD:
+        raise ValueError(f"indices must hold the {indptr[n]} edges and {PREFETCH_PAD} entries of padding")
+    cdef cnp.ndarray xa = x, pa = indptr, ia = indices, oa = out
+    with nogil:
+        row_sum(<const float*>cnp.PyArray_DATA(xa), d, <const int64_t*>cnp.PyArray_DATA(pa),
+                <const int64_t*>cnp.PyArray_DATA(ia), n, <float*>cnp.PyArray_DATA(oa))
+    return out

@@ -9,6 +9,8 @@ element with AVX2, ~60x faster than ``torch.nn.functional.dropout`` on CPU here.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from . import _ops
@@ -58,3 +60,24 @@ def keyed_dropout(x: torch.Tensor, keys: torch.Tensor, seed: int, p: float,
     if keys.shape[0] != x.shape[0]:
         raise ValueError(f"keyed_dropout needs one key per row ({x.shape[0]} rows, {keys.shape[0]} keys)")
     return _KeyedDropout.apply(x, keys, seed, p)
+
+
+@dataclass(frozen=True)
+class KeyedMask:
+    """The keyed dropout of some rows, not yet applied: ``keyed_dropout(x, keys, seed, p)``.
+
+    Handed to a product that drops its rows as it reads them
+    (:func:`dgl_sni.projection.project`), so the dropped rows are never written out;
+    :meth:`apply` is the same dropout as a separate op.
+    """
+
+    keys: torch.Tensor
+    seed: int
+    p: float
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return keyed_dropout(x, self.keys, self.seed, self.p)
+
+    def kernel_args(self) -> tuple:
+        """``(keys, seed, p)`` as the compiled kernels take them."""
+        return self.keys.contiguous().numpy(), self.seed, self.p

@@ -23,7 +23,9 @@ from dgl.nn.functional import edge_softmax
 from storage_tier.protocols import HaloExchange, NoExchange
 
 from storage_tier.block import GraphBlock, ReverseBlock
-from .dropout import derive_seed, keyed_dropout
+from .aggregate import copy_u_sum
+from .dropout import KeyedMask, derive_seed, keyed_dropout
+from .epilogue import scale_bias_act
 from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
@@ -41,11 +43,15 @@ class HaloLinear(abc.ABC):
       (``split.local``), as far as it goes without the halo rows;
     * ``combine(split, h_own, local, halo_sum)``: the layer's output from it and
       ``halo_sum``, the sum over the halo in-edges of ``scale * h_u`` (with
-      ``halo_projected``: of ``scale * project_halo(h_u)``, for a layer that
-      ``projects_first``, as an exact pass taking its halo rows apart sums them).
+      ``halo_projected``: of ``project_halo(h_u, scale)``, for a layer that
+      ``projects_first``, as an exact pass taking its halo rows apart sums them), with the
+      activation ``act`` applied (see :func:`activate`).
 
     ``forward_summed`` is the two in turn; the model's summed pass calls them apart, so a
-    sync step aggregates its owned rows while the halo rows are on the wire. Equals
+    sync step aggregates its owned rows while the halo rows are on the wire. The model asks
+    for the owned rows' aggregation through ``dropped_local_sum(split, h, drop)``, which
+    applies the layer's input dropout first; a layer may fuse the two (GCN projects and
+    drops its rows in one kernel). Equals
     ``forward`` over the whole block to float rounding when ``halo_sum`` is the sum of the
     same rows.
     """
@@ -58,23 +64,25 @@ class HaloLinear(abc.ABC):
 
     @abc.abstractmethod
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor: ...
+                halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor: ...
 
     @abc.abstractmethod
     def projects_first(self) -> bool:
         """The layer projects its rows before aggregating them (it narrows them)."""
 
     @abc.abstractmethod
-    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
-        """Halo rows projected as a layer that :meth:`projects_first` projects its sources;
-        their sum goes to :meth:`combine` with ``halo_projected``."""
+    def project_halo(self, rows: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        """Halo rows projected as a layer that :meth:`projects_first` projects its sources,
+        each scaled by ``scale`` (:meth:`halo_scale`; ``None``: 1); their sum goes to
+        :meth:`combine` with ``halo_projected``."""
 
     @abc.abstractmethod
     def aggregate(self, block: GraphBlock, h_src: torch.Tensor) -> torch.Tensor:
         """The destination rows' aggregation of ``h_src`` before any weight (input width)."""
 
     @abc.abstractmethod
-    def forward_aggregated(self, block: GraphBlock, h_src: torch.Tensor, agg: torch.Tensor) -> torch.Tensor:
+    def forward_aggregated(self, block: GraphBlock, h_src: torch.Tensor, agg: torch.Tensor,
+                           act: str | None = None) -> torch.Tensor:
         """The layer's output from :meth:`aggregate`'s result: ``forward`` aggregating first.
         For fixed input rows (the features, without dropout) ``agg`` is computed once."""
 
@@ -89,6 +97,25 @@ class HaloLinear(abc.ABC):
 
     def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
         return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
+
+    def dropped_local_sum(self, split: "HaloSplit", h: torch.Tensor,
+                          drop: "KeyedDropper | None") -> "tuple[torch.Tensor | None, torch.Tensor]":
+        """The owned rows ``h`` through the layer's input dropout ``drop`` (``None``: none)
+        and :meth:`local_sum`: ``(owned rows for combine, local sum)``. A layer may fuse the
+        dropout into its first op; it then hands :meth:`combine` what that reads of the
+        owned rows (:class:`GCNLayer`: nothing)."""
+        h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
+        return h_own, self.local_sum(split, h_own)
+
+
+ACTIVATIONS = {"relu": F.relu, "elu": F.elu}  # what a layer applies to its output (``act``)
+
+
+def activate(h: torch.Tensor, act: str | None) -> torch.Tensor:
+    """``h`` through the activation named ``act`` (``None``: unchanged). A layer's ``act``
+    argument: the model names the activation that follows each layer but the last, and a
+    layer may fuse it into its last op (:class:`GCNLayer` fuses the relu)."""
+    return h if act is None else ACTIVATIONS[act](h)
 
 
 def _accumulate(param: torch.Tensor, grad: torch.Tensor) -> None:
@@ -112,22 +139,28 @@ class GCNLayer(nn.Module, HaloLinear):
     def out_dim(self) -> int:
         return self.weight.shape[1]
 
-    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None, act: str | None = None) -> torch.Tensor:
         if self.weight.shape[0] > self.weight.shape[1]:
             # project first; scaling rows commutes with it and is cheaper on narrow rows
-            h = dops.copy_u_sum(block.graph, project(h_src, self.weight) * block.src_norm)
+            h = copy_u_sum(block.graph, project(h_src, self.weight, block.src_norm))
         else:
-            h = project(dops.copy_u_sum(block.graph, h_src * block.src_norm), self.weight)
-        return h * block.dst_norm + self.bias
+            h = project(copy_u_sum(block.graph, h_src * block.src_norm), self.weight)
+        return self._epilogue(h, block.dst_norm, act)
+
+    def _epilogue(self, h: torch.Tensor, dst_norm: torch.Tensor, act: str | None,
+                  add: torch.Tensor | None = None) -> torch.Tensor:
+        """``act((h + add) * dst_norm + bias)``, the relu fused (:mod:`dgl_sni.epilogue`)."""
+        out = scale_bias_act(h, dst_norm, self.bias, relu=act == "relu", add=add)
+        return out if act in (None, "relu") else activate(out, act)
 
     def halo_scale(self, block: GraphBlock) -> torch.Tensor:
         return block.src_norm
 
     def aggregate(self, block, h_src):
-        return dops.copy_u_sum(block.graph, h_src * block.src_norm)
+        return copy_u_sum(block.graph, h_src * block.src_norm)
 
-    def forward_aggregated(self, block, h_src, agg):
-        return project(agg, self.weight) * block.dst_norm + self.bias
+    def forward_aggregated(self, block, h_src, agg, act=None):
+        return self._epilogue(project(agg, self.weight), block.dst_norm, act)
 
     def projects_first(self) -> bool:
         return self.weight.shape[0] > self.weight.shape[1]
@@ -135,19 +168,25 @@ class GCNLayer(nn.Module, HaloLinear):
     def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
         local = split.local
         if self.projects_first():
-            return dops.copy_u_sum(local.graph, project(h_own, self.weight) * local.src_norm)
-        return dops.copy_u_sum(local.graph, h_own * local.src_norm)
+            return copy_u_sum(local.graph, project(h_own, self.weight, local.src_norm))
+        return copy_u_sum(local.graph, h_own * local.src_norm)
 
-    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
-        return project(rows, self.weight)
+    def dropped_local_sum(self, split, h, drop):
+        if drop is None or not self.projects_first():
+            return super().dropped_local_sum(split, h, drop)
+        # the projection drops the rows as it reads them (dgl_sni.projection); combine reads none
+        local = split.local
+        return None, copy_u_sum(local.graph, project(h, self.weight, local.src_norm, drop.mask(local.src_keys, "feat")))
+
+    def project_halo(self, rows: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        return project(rows, self.weight, scale)
 
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor:
+                halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor:
         if self.projects_first():
-            h = local + (halo_sum if halo_projected else project(halo_sum, self.weight))
-        else:
-            h = project(local + halo_sum, self.weight)
-        return h * split.local.dst_norm + self.bias
+            add = halo_sum if halo_projected else project(halo_sum, self.weight)
+            return self._epilogue(local, split.local.dst_norm, act, add=add)
+        return self._epilogue(project(local + halo_sum, self.weight), split.local.dst_norm, act)
 
     @torch.no_grad()
     def backward_sources(self, rblock, g_src, x, g_own, input_grad):
@@ -202,7 +241,7 @@ class SAGELayer(nn.Module, HaloLinear):
     def out_dim(self) -> int:
         return self.fc_self.out_features
 
-    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None, act: str | None = None) -> torch.Tensor:
         if h_src.requires_grad:
             h_dst, h_src = _HeadAndAll.apply(h_src, block.num_dst)
         else:
@@ -211,7 +250,7 @@ class SAGELayer(nn.Module, HaloLinear):
             neigh = dops.copy_u_mean(block.graph, self.fc_neigh(h_src))
         else:
             neigh = self.fc_neigh(dops.copy_u_mean(block.graph, h_src))
-        return self.fc_self(h_dst) + neigh
+        return activate(self.fc_self(h_dst) + neigh, act)
 
     def halo_scale(self, block: GraphBlock) -> None:
         return None
@@ -219,27 +258,27 @@ class SAGELayer(nn.Module, HaloLinear):
     def aggregate(self, block, h_src):
         return dops.copy_u_mean(block.graph, h_src)
 
-    def forward_aggregated(self, block, h_src, agg):
-        return self.fc_self(h_src[: block.num_dst]) + self.fc_neigh(agg)
+    def forward_aggregated(self, block, h_src, agg, act=None):
+        return activate(self.fc_self(h_src[: block.num_dst]) + self.fc_neigh(agg), act)
 
     def projects_first(self) -> bool:
         return self.fc_neigh.in_features > self.fc_neigh.out_features
 
     def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
         graph = split.local.graph
-        return dops.copy_u_sum(graph, self.fc_neigh(h_own) if self.projects_first() else h_own)
+        return copy_u_sum(graph, self.fc_neigh(h_own) if self.projects_first() else h_own)
 
-    def project_halo(self, rows: torch.Tensor) -> torch.Tensor:
-        return self.fc_neigh(rows)
+    def project_halo(self, rows: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
+        return self.fc_neigh(rows if scale is None else rows * scale)
 
     def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
-                halo_sum: torch.Tensor, halo_projected: bool = False) -> torch.Tensor:
+                halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor:
         fc = self.fc_neigh
         if self.projects_first():
             neigh = (local + (halo_sum if halo_projected else fc(halo_sum))) / split.in_degree
         else:
             neigh = fc((local + halo_sum) / split.in_degree)
-        return self.fc_self(h_own) + neigh
+        return activate(self.fc_self(h_own) + neigh, act)
 
     @torch.no_grad()
     def backward_sources(self, rblock, g_src, x, g_own, input_grad):
@@ -276,7 +315,7 @@ class GATLayer(nn.Module):
     def out_dim(self) -> int:
         return self.heads * self.head_dim if self.concat else self.head_dim
 
-    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None) -> torch.Tensor:
+    def forward(self, block: GraphBlock, h_src: torch.Tensor, drop=None, act: str | None = None) -> torch.Tensor:
         z = self.fc(h_src).view(-1, self.heads, self.head_dim)
         el = (z * self.attn_l).sum(-1, keepdim=True)
         er = (z[: block.num_dst] * self.attn_r).sum(-1, keepdim=True)
@@ -286,23 +325,37 @@ class GATLayer(nn.Module):
             a = drop(a, block.edge_keys, "attn")
         out = dops.u_mul_e_sum(block.graph, z, a)
         out = out.flatten(1) if self.concat else out.mean(1)
-        return out + self.bias
+        return activate(out + self.bias, act)
 
 
 DROPOUT_TAGS = {"feat": 1, "attn": 2}  # what a keyed dropout mask drops: layer inputs, GAT attention
 
 
-def keyed_dropper(p: float, seed: int, step: int, layer: int):
-    """``drop(x, keys, tag)``: the keyed dropout of layer ``layer`` at step ``step``.
+class KeyedDropper:
+    """The keyed dropout of layer ``layer`` at step ``step``: ``drop(x, keys, tag)`` applies
+    it, ``drop.mask(keys, tag)`` hands it to a kernel that drops rows as it reads them.
 
     Its masks depend only on ``(seed, step, layer, tag)`` and each row's key, so every
     model that draws them here (:class:`FullGraphGNN`, the storage tier's models in
-    :mod:`dgl_sni.tier_models`) drops the same entries.
+    :mod:`dgl_sni.tier_models`) drops the same entries. Made by :func:`keyed_dropper`.
     """
 
-    def drop(x, keys, tag):
-        return keyed_dropout(x, keys, derive_seed(seed, step, layer, DROPOUT_TAGS[tag]), p)
-    return drop
+    def __init__(self, p: float, seed: int, step: int, layer: int):
+        self.p, self._parts = p, (seed, step, layer)
+
+    def _seed(self, tag: str) -> int:
+        return derive_seed(*self._parts, DROPOUT_TAGS[tag])
+
+    def __call__(self, x: torch.Tensor, keys: torch.Tensor, tag: str) -> torch.Tensor:
+        return keyed_dropout(x, keys, self._seed(tag), self.p)
+
+    def mask(self, keys: torch.Tensor, tag: str) -> KeyedMask:
+        return KeyedMask(keys, self._seed(tag), self.p)
+
+
+def keyed_dropper(p: float, seed: int, step: int, layer: int) -> KeyedDropper:
+    """The keyed dropout of layer ``layer`` at step ``step`` (:class:`KeyedDropper`)."""
+    return KeyedDropper(p, seed, step, layer)
 
 
 identity_exchange = NoExchange()  # single process: the destination rows are every source row
@@ -356,20 +409,24 @@ class FullGraphGNN(nn.Module):
         apart = split is not None and isinstance(exchange, SplitHalo) and exchange.takes_rows_apart()
         h = x_src
         for i, layer in enumerate(self.layers):
-            drop = self._dropper(step, i, dropout_seed)
+            drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
             if i == 0 and drop is None and isinstance(layer, HaloLinear):
-                h = layer.forward_aggregated(block, h, self._input_aggregate(layer, block, h))
+                h = layer.forward_aggregated(block, h, self._input_aggregate(layer, block, h), act)
             elif i > 0 and apart and isinstance(layer, HaloLinear):
-                h = self._rows_apart(layer, i, h, split, exchange, drop)
+                h = self._rows_apart(layer, i, h, split, exchange, drop, act)
             else:
                 if i > 0:
                     h = exchange(i, h)
                 if drop is not None:
                     h = drop(h, block.src_keys, "feat")
-                h = layer(block, h, drop)
-            if i < self.num_layers - 1:
-                h = F.elu(h) if self.model_name == "gat" else F.relu(h)
+                h = layer(block, h, drop, act)
         return h
+
+    def _activation(self, layer: int) -> str | None:
+        """The activation after layer ``layer`` (none after the last), applied by the layer."""
+        if layer == self.num_layers - 1:
+            return None
+        return "elu" if self.model_name == "gat" else "relu"
 
     def _input_aggregate(self, layer: "HaloLinear", block: GraphBlock, x_src: torch.Tensor) -> torch.Tensor:
         """The input layer's aggregation of the features, computed once per block and
@@ -387,22 +444,23 @@ class FullGraphGNN(nn.Module):
 
     @staticmethod
     def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "HaloSplit",
-                    exchange: "SplitHalo", drop) -> torch.Tensor:
+                    exchange: "SplitHalo", drop, act: str | None) -> torch.Tensor:
         """Layer ``i`` over owned rows ``h`` and halo rows taken apart: the pull is sent, the
         owned rows are dropped and aggregated, then the halo rows are received, dropped and
         summed (the masks keyed by node, as over the whole block; a layer that projects first
         projects them before the sum, as its forward does)."""
         h = exchange.start_halo(i, h)
-        h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
-        local = layer.local_sum(split, h_own)
+        h_own, local = layer.dropped_local_sum(split, h, drop)
         halo = exchange.halo_rows(i, h)
         if drop is not None:
             halo = drop(halo, split.halo.src_keys, "feat")
         first = layer.projects_first()  # narrow the rows before summing them, as the whole block does
+        scale = layer.halo_scale(split.halo)
         if first:
-            halo = layer.project_halo(halo)
-        return layer.combine(split, h_own, local, split.sum_rows(halo, layer.halo_scale(split.halo)),
-                             halo_projected=first)
+            halo_sum = split.sum_rows(layer.project_halo(halo, scale), None)
+        else:
+            halo_sum = split.sum_rows(halo, scale)
+        return layer.combine(split, h_own, local, halo_sum, halo_projected=first, act=act)
 
     @property
     def sums_halo_rows(self) -> bool:
@@ -424,23 +482,20 @@ class FullGraphGNN(nn.Module):
                              "cannot take summed halo rows (use --stale-halo rows)")
         h = split.x_own
         for i, layer in enumerate(self.layers):
-            drop = self._dropper(step, i, dropout_seed)
+            drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
             if i > 0 and rows is not None:
                 block, exchange = rows
                 h = exchange(i, h)
                 if drop is not None:
                     h = drop(h, block.src_keys, "feat")
-                h = layer(block, h, drop)
+                h = layer(block, h, drop, act)
             else:
                 scale = layer.halo_scale(split.halo)
                 if i > 0:  # the halo rows (if needed) travel while the owned rows are aggregated
                     h = halo.start_halo(i, h)
-                h_own = h if drop is None else drop(h, split.local.src_keys, "feat")
-                local = layer.local_sum(split, h_own)
+                h_own, local = layer.dropped_local_sum(split, h, drop)
                 halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
-                h = layer.combine(split, h_own, local, halo_sum)
-            if i < self.num_layers - 1:
-                h = F.relu(h)
+                h = layer.combine(split, h_own, local, halo_sum, act=act)
         return h
 
     def _dropper(self, step: int, layer: int, seed: int):

@@ -27,7 +27,7 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
-import dgl.ops as dops
+from ..aggregate import copy_u_sum
 
 from storage_tier.block import GraphBlock, edge_key
 
@@ -63,13 +63,13 @@ class HaloSplit:
         """``S[v] = sum over halo in-edges (u, v) of scale[u] * rows[u]`` (``[owned, d]``)."""
         if self.num_halo == 0:
             return rows.new_zeros((self.num_owned, rows.shape[1]))
-        return dops.copy_u_sum(self.halo.graph, rows if scale is None else rows * scale)
+        return copy_u_sum(self.halo.graph, rows if scale is None else rows * scale)
 
     def rows_grad(self, grad_sum: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
         """The halo rows' gradient from the sum's: ``scale * A_halo^T grad_sum`` (``[halo, d]``)."""
         if self.num_halo == 0:
             return grad_sum.new_zeros((0, grad_sum.shape[1]))
-        grad = dops.copy_u_sum(self._reverse, grad_sum.contiguous())
+        grad = copy_u_sum(self._reverse, grad_sum.contiguous())
         return grad if scale is None else grad * scale
 
     def static_sum(self, scale: torch.Tensor | None) -> torch.Tensor:

@@ -93,3 +93,53 @@ def test_bad_inputs_are_named():
     with pytest.raises(ValueError, match="C-contiguous"):
         _ops.narrow_outer_into(np.zeros((3, 4), np.float32).T, np.zeros((4, 2), np.float32),
                                np.zeros((3, 2), np.float32))
+
+
+@pytest.mark.parametrize("k,m", [(64, 16), (16, 8), (13, 5)])
+def test_a_row_scaled_projection_is_the_bits_of_the_two_ops(one_thread, k, m):
+    # forward the product then the scale; backward the scaled gradient into both kernels
+    gen = torch.Generator().manual_seed(k * m)
+    h, w = torch.randn(300, k, generator=gen), torch.randn(k, m, generator=gen)
+    rs, up = torch.rand(300, 1, generator=gen), torch.randn(300, m, generator=gen)
+    results = []
+    for fused in (True, False):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        out = project(hh, ww, rs) if fused else project(hh, ww) * rs
+        out.backward(up)
+        results.append((out.detach(), hh.grad, ww.grad))
+    for ours, two_ops in zip(*results):
+        assert torch.equal(ours, two_ops)
+
+
+def test_a_row_scale_must_be_a_constant():
+    with pytest.raises(ValueError, match="row_scale must not require a gradient"):
+        project(torch.randn(3, 4), torch.randn(4, 2), torch.ones(3, 1, requires_grad=True))
+
+
+@pytest.mark.parametrize("k,m", [(64, 16), (16, 8), (13, 5)])
+def test_a_projection_that_drops_its_rows_is_the_bits_of_dropout_then_product(one_thread, k, m):
+    # the rows dropped as the kernels read them, forward and for both gradients
+    from dgl_sni.dropout import KeyedMask
+    gen = torch.Generator().manual_seed(k + 100 * m)
+    h, w = torch.randn(300, k, generator=gen), torch.randn(k, m, generator=gen)
+    rs, up = torch.rand(300, 1, generator=gen), torch.randn(300, m, generator=gen)
+    mask = KeyedMask(torch.arange(300, dtype=torch.int64) * 13 + 5, 987654321, 0.5)
+    results = []
+    for fused in (True, False):
+        hh, ww = h.clone().requires_grad_(), w.clone().requires_grad_()
+        out = project(hh, ww, rs, mask) if fused else project(mask.apply(hh), ww, rs)
+        out.backward(up)
+        results.append((out.detach(), hh.grad, ww.grad))
+    assert (results[0][1] == 0).float().mean() > 0.3  # the mask dropped about half of h's gradient
+    for ours, two_ops in zip(*results):
+        assert torch.equal(ours, two_ops)
+
+
+def test_a_narrow_product_refuses_dropout_keys_that_do_not_fit():
+    x, w = np.ones((4, 3), np.float32), np.ones((3, 2), np.float32)
+    with pytest.raises(ValueError, match="one dropout key per row"):
+        _ops.narrow_matmul_into(x, w, np.empty((4, 2), np.float32), drop=(np.arange(3), 1, 0.5))
+    with pytest.raises(ValueError, match=r"dropout probability must lie in \[0, 1\)"):
+        _ops.narrow_matmul_into(x, w, np.empty((4, 2), np.float32), drop=(np.arange(4), 1, 1.0))
+    with pytest.raises(ValueError, match="drops or scales its rows, not both"):
+        _ops.narrow_matmul_into(x, w, np.empty((4, 2), np.float32), np.ones(4, np.float32), drop=(np.arange(4), 1, 0.5))

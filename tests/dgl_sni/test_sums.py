@@ -352,12 +352,12 @@ def test_a_summing_sync_step_aggregates_its_owned_rows_while_halo_rows_travel(mo
     events = []
     exchange = _RecordingExchange({layer: torch.rand(block.num_src - n_own, 8) for layer in (1, 2)}, events, n_own)
     for i, layer in enumerate(net.layers):
-        original = layer.local_sum
+        original = layer.dropped_local_sum  # the hook the model calls (GCN fuses the dropout into it)
 
-        def local_sum(split, h_own, original=original, i=i):
+        def dropped_local_sum(split, h, drop, original=original, i=i):
             events.append(("owned aggregated", i))
-            return original(split, _Mark.apply(h_own, events, ("owned aggregation differentiated", i)))
-        layer.local_sum = local_sum
+            return original(split, _Mark.apply(h, events, ("owned aggregation differentiated", i)), drop)
+        layer.dropped_local_sum = dropped_local_sum
     out = net.forward_summed(HaloSplit(block, x), exchange)
     forward = list(events)
     assert [e for e in forward if e[1] > 0] == [("pull sent", 1), ("owned aggregated", 1), ("rows used", 1),
@@ -400,12 +400,12 @@ def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(mo
     events = []
     recording = _RecordingExchange(halo, events, n_own)
     for i, layer in enumerate(net.layers):
-        original = layer.local_sum
+        original = layer.dropped_local_sum  # the hook the model calls (GCN fuses the dropout into it)
 
-        def local_sum(split, h_own, original=original, i=i):
+        def dropped_local_sum(split, h, drop, original=original, i=i):
             events.append(("owned aggregated", i))
-            return original(split, _Mark.apply(h_own, events, ("owned aggregation differentiated", i)))
-        layer.local_sum = local_sum
+            return original(split, _Mark.apply(h, events, ("owned aggregation differentiated", i)), drop)
+        layer.dropped_local_sum = dropped_local_sum
     apart, apart_grads = run(recording, HaloSplit(block, x))
     torch.testing.assert_close(apart, full, rtol=1e-5, atol=1e-5)
     for a, b in zip(apart_grads, full_grads):
