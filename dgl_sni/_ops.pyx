@@ -196,15 +196,20 @@ def _narrow(a, what):
         raise ValueError(f"{what} has {a.shape[1]} columns; the narrow products take at most {NARROW_MAX}")
 
 
-cdef const float* _row_scale(scale, int64_t n, what) except? NULL:
-    """The data of a per-row scale (float32, C-contiguous, ``n`` values), or NULL for ``None``."""
-    if scale is None:
+cdef void* _optional_data(a, dtype, int64_t size, what) except? NULL:
+    """The data of an optional C array of ``size`` values of ``dtype``, or NULL for ``None``."""
+    if a is None:
         return NULL
-    _c_array(scale, np.float32, what)
-    if scale.size != n:
-        raise ValueError(f"{what} needs one value per row: {n} rows, {scale.size} values")
-    cdef cnp.ndarray sa = scale
-    return <const float*>cnp.PyArray_DATA(sa)
+    _c_array(a, dtype, what)
+    if a.size != size:
+        raise ValueError(f"{what} needs {size} values, got {a.size}")
+    cdef cnp.ndarray arr = a
+    return cnp.PyArray_DATA(arr)
+
+
+cdef const float* _row_scale(scale, int64_t n, what) except? NULL:
+    """The data of a per-row scale (float32, C-contiguous, one value per row), or NULL for ``None``."""
+    return <const float*>_optional_data(scale, np.float32, n, f"{what} (one value per row)")
 
 
 def _narrow_product(x, b, out, bint outer, in_scale=None, out_scale=None, drop=None):
@@ -250,33 +255,26 @@ def narrow_outer_into(x, g, out, g_scale=None, drop=None):
     return _narrow_product(x, g, out, True, g_scale, None, drop)
 
 
+def _check_epilogue(rows, out, other, other_what, rs):
+    """Refuse epilogue operands that do not fit ``rows`` (float32 ``[n, d]``); the row scale's data."""
+    _matrix(rows, np.float32, "rows")
+    _matrix(out, np.float32, "out")
+    if out.shape != rows.shape or (other is not None and other.shape != rows.shape):
+        raise ValueError(f"shape mismatch: rows {rows.shape}, {other_what} "
+                         f"{None if other is None else other.shape}, out {out.shape}")
+    if rs is None:
+        raise ValueError("the row epilogue needs a row scale")
+
+
 def scale_bias_act_into(s, t, rs, b, bint relu, out):
     """``out = act((s + t) * rs[:, None] + b)`` (``t``, ``b``: ``None`` to leave out; act: relu
     or the identity); float32, C-contiguous; see csrc/row_epilogue.hpp."""
-    _matrix(s, np.float32, "rows")
-    _matrix(out, np.float32, "out")
+    _check_epilogue(s, out, t, "added rows", rs)
     cdef int64_t n = s.shape[0], d = s.shape[1]
-    if out.shape != s.shape or (t is not None and t.shape != s.shape):
-        raise ValueError(f"shape mismatch: rows {s.shape}, added rows {None if t is None else t.shape}, "
-                         f"out {out.shape}")
-    if t is not None:
-        _c_array(t, np.float32, "added rows")
-    if b is not None:
-        _c_array(b, np.float32, "bias")
-        if b.size != d:
-            raise ValueError(f"a bias of {b.size} values for rows of {d}")
+    cdef const float* tp = <const float*>_optional_data(t, np.float32, n * d, "added rows")
+    cdef const float* bp = <const float*>_optional_data(b, np.float32, d, "bias (one value per column)")
     cdef const float* rsp = _row_scale(rs, n, "row scale")
-    if rsp == NULL:
-        raise ValueError("the row epilogue needs a row scale")
-    cdef cnp.ndarray sa = s, oa = out, ta, ba
-    cdef const float* tp = NULL
-    cdef const float* bp = NULL
-    if t is not None:
-        ta = t
-        tp = <const float*>cnp.PyArray_DATA(ta)
-    if b is not None:
-        ba = b
-        bp = <const float*>cnp.PyArray_DATA(ba)
+    cdef cnp.ndarray sa = s, oa = out
     with nogil:
         scale_bias_act(<const float*>cnp.PyArray_DATA(sa), tp, rsp, bp, n, d, relu,
                        <float*>cnp.PyArray_DATA(oa))
@@ -286,30 +284,13 @@ def scale_bias_act_into(s, t, rs, b, bint relu, out):
 def scale_bias_act_backward_into(g, y, rs, gs, gb):
     """The row epilogue's backward: ``z = g * (y > 0)`` (``y``: ``None`` without the relu),
     ``gs = z * rs[:, None]``, ``gb += z.sum(0)`` in float64 (``gb``: ``None`` without a bias)."""
-    _matrix(g, np.float32, "gradient")
-    _matrix(gs, np.float32, "out")
+    _check_epilogue(g, gs, y, "rows", rs)
     cdef int64_t n = g.shape[0], d = g.shape[1]
-    if gs.shape != g.shape or (y is not None and y.shape != g.shape):
-        raise ValueError(f"shape mismatch: gradient {g.shape}, rows {None if y is None else y.shape}, out {gs.shape}")
-    if y is not None:
-        _c_array(y, np.float32, "rows")
-    if gb is not None:
-        _c_array(gb, np.float64, "bias gradient")
-        if gb.size != d:
-            raise ValueError(f"a bias gradient of {gb.size} values for rows of {d}")
+    cdef const float* yp = <const float*>_optional_data(y, np.float32, n * d, "rows")
+    cdef double* bp = <double*>_optional_data(gb, np.float64, d, "bias gradient (one value per column)")
     cdef const float* rsp = _row_scale(rs, n, "row scale")
-    if rsp == NULL:
-        raise ValueError("the row epilogue needs a row scale")
     part = np.empty(d, np.float32)
-    cdef cnp.ndarray ga = g, sa = gs, pa = part, ya, ba
-    cdef const float* yp = NULL
-    cdef double* bp = NULL
-    if y is not None:
-        ya = y
-        yp = <const float*>cnp.PyArray_DATA(ya)
-    if gb is not None:
-        ba = gb
-        bp = <double*>cnp.PyArray_DATA(ba)
+    cdef cnp.ndarray ga = g, sa = gs, pa = part
     with nogil:
         scale_bias_act_backward(<const float*>cnp.PyArray_DATA(ga), yp, rsp, n, d,
                                 <float*>cnp.PyArray_DATA(sa), <float*>cnp.PyArray_DATA(pa), bp)

@@ -55,3 +55,16 @@ def test_the_kernel_refuses_indices_without_their_padding():
         _ops.row_sum_into(x, np.array([0, 1, 2], np.int64), np.array([0, 1], np.int64), np.empty((2, 8), np.float32))
     with pytest.raises(ValueError, match="indptr needs 3 entries"):
         _ops.row_sum_into(x, np.array([0, 1], np.int64), np.zeros(20, np.int64), np.empty((2, 8), np.float32))
+
+
+@pytest.mark.parametrize("d", [1, 5, 64])
+def test_the_kernel_sums_rows_of_any_width_a_value_at_a_time(d):
+    # widths other than 8 and 16 take the scalar loop (copy_u_sum sends them to DGL, the kernel takes them)
+    rng = np.random.default_rng(d)
+    x = rng.standard_normal((30, d)).astype(np.float32)
+    indptr = np.array([0, 3, 3, 7], np.int64)
+    indices = np.concatenate((rng.integers(0, 30, 7), np.zeros(_ops.PREFETCH_PAD, np.int64)))
+    out = _ops.row_sum_into(x, indptr, indices, np.full((3, d), np.nan, np.float32))
+    want = np.stack([x[indices[a:b]].sum(0) if b > a else np.zeros(d, np.float32)
+                     for a, b in zip(indptr[:-1], indptr[1:])])
+    np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)

@@ -75,9 +75,9 @@ def test_bad_inputs_are_refused_with_what_is_wrong():
         scale_bias_act(s, torch.ones(3, 1))
     with pytest.raises(ValueError, match="cannot add rows of shape"):
         scale_bias_act(s, torch.ones(4, 1), add=torch.ones(4, 2))
-    with pytest.raises(ValueError, match="a bias of 2 values for rows of 3"):
+    with pytest.raises(ValueError, match=r"bias \(one value per column\) needs 3 values, got 2"):
         _ops.scale_bias_act_into(s.numpy(), None, np.ones(4, np.float32), np.ones(2, np.float32), True,
                                  np.empty((4, 3), np.float32))
-    with pytest.raises(ValueError, match="needs one value per row"):
+    with pytest.raises(ValueError, match=r"row scale \(one value per row\) needs 4 values, got 5"):
         _ops.scale_bias_act_backward_into(s.numpy(), None, np.ones(5, np.float32), np.empty((4, 3), np.float32),
                                           None)
