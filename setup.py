@@ -1,4 +1,5 @@
 """Build and install dgl-sni: the plugin, the compiled agent core and the storage tier."""
+import glob
 import os
 
 import numpy as np
@@ -27,7 +28,8 @@ def extensions():
             continue
         if not all(os.path.exists(os.path.join(HERE, s)) for s in sources):
             continue
-        exts.append(Extension(name, sources=sources, language="c++",
+        headers = glob.glob(os.path.join(os.path.dirname(sources[0]), "csrc", "*.hpp"))
+        exts.append(Extension(name, sources=sources, language="c++", depends=sorted(headers),  # rebuilt when they change
                               include_dirs=[np.get_include(), HERE],
                               extra_compile_args=CXX_FLAGS,
                               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]))

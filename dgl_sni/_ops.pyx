@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
 """Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, the float rows' accumulate,
-narrow products, the layers' row epilogue."""
+narrow products, the layers' row epilogue, blends of row blocks."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
@@ -24,7 +24,7 @@ cdef extern from "csrc/narrow_matmul.hpp" namespace "sni":
 
 cdef extern from "csrc/row_sum.hpp" namespace "sni":
     void row_sum(const float* x, int64_t d, const int64_t* indptr, const int64_t* indices, int64_t n,
-                 float* out) nogil
+                 float* out, const float* src_scale, const float* dst_scale) nogil
     int64_t kPrefetchEdges
 
 cdef extern from "csrc/row_epilogue.hpp" namespace "sni":
@@ -32,6 +32,10 @@ cdef extern from "csrc/row_epilogue.hpp" namespace "sni":
                         int64_t d, bint relu, float* y) nogil
     void scale_bias_act_backward(const float* g, const float* y, const float* rs, int64_t n, int64_t d,
                                  float* gs, float* part, double* gb) nogil
+
+cdef extern from "csrc/row_blend.hpp" namespace "sni":
+    void smooth_rows(const float* old, const float* fresh, int64_t n, float g, float* out) nogil
+    void mix_rows(const float* a, float ga, const float* b, float gb, int64_t n, float* out) nogil
 
 cdef extern from "csrc/row_accumulate.hpp" namespace "sni":
     void accumulate_float_rows(const float* x, int64_t n, int64_t d, const int64_t* offsets, double* target) nogil
@@ -113,6 +117,37 @@ def accumulate_rows_into(packed, offsets, target, int bits):
         accumulate_rows(<const uint8_t*>cnp.PyArray_DATA(pa), n, d, bits, width,
                         <const int64_t*>cnp.PyArray_DATA(fa), <double*>cnp.PyArray_DATA(ta))
     return target
+
+
+def _same_block(a, b, out, what):
+    """Refuse float32 blocks the blends cannot read element by element as one."""
+    for arr, name in ((a, what[0]), (b, what[1]), (out, "out")):
+        _c_array(arr, np.float32, name)
+    if a.shape != b.shape or out.shape != a.shape:
+        raise ValueError(f"{what[0]} {a.shape}, {what[1]} {b.shape} and out {out.shape} must have one shape")
+
+
+def smooth_rows_into(old, fresh, float g, out):
+    """``out = (old - fresh) * g + fresh`` in float32, one pass (``out`` may be ``old`` or
+    ``fresh``); see csrc/row_blend.hpp."""
+    _same_block(old, fresh, out, ("old rows", "fresh rows"))
+    cdef cnp.ndarray oa = old, fa = fresh, ra = out
+    cdef int64_t n = old.size
+    with nogil:
+        smooth_rows(<const float*>cnp.PyArray_DATA(oa), <const float*>cnp.PyArray_DATA(fa), n, g,
+                    <float*>cnp.PyArray_DATA(ra))
+    return out
+
+
+def mix_rows_into(a, float ga, b, float gb, out):
+    """``out = a * ga + b * gb`` in float32, one pass (``out`` may be ``a`` or ``b``)."""
+    _same_block(a, b, out, ("a", "b"))
+    cdef cnp.ndarray aa = a, ba = b, ra = out
+    cdef int64_t n = a.size
+    with nogil:
+        mix_rows(<const float*>cnp.PyArray_DATA(aa), ga, <const float*>cnp.PyArray_DATA(ba), gb, n,
+                 <float*>cnp.PyArray_DATA(ra))
+    return out
 
 
 def accumulate_float_rows_into(x, offsets, target):
@@ -301,10 +336,11 @@ def scale_bias_act_backward_into(g, y, rs, gs, gb):
 PREFETCH_PAD = kPrefetchEdges  # row_sum_into's indices carry this many readable entries past the last edge
 
 
-def row_sum_into(x, indptr, indices, out):
-    """``out[v] = sum of x[indices[e]]`` over ``e`` in ``indptr[v] .. indptr[v + 1]`` (float32
-    rows, int64 ``indptr [n + 1]`` and ``indices``, which hold :data:`PREFETCH_PAD` valid row
-    ids past ``indptr[n]``); see csrc/row_sum.hpp."""
+def row_sum_into(x, indptr, indices, out, src_scale=None, dst_scale=None):
+    """``out[v] = dst_scale[v] * sum of src_scale[u] * x[u]``, ``u = indices[e]``, over ``e`` in
+    ``indptr[v] .. indptr[v + 1]`` (float32 rows, int64 ``indptr [n + 1]`` and ``indices``,
+    which hold :data:`PREFETCH_PAD` valid row ids past ``indptr[n]``; the scales optional,
+    float32, one value per row); see csrc/row_sum.hpp."""
     _matrix(x, np.float32, "rows")
     _matrix(out, np.float32, "out")
     _c_array(indptr, np.int64, "indptr")
@@ -316,8 +352,10 @@ def row_sum_into(x, indptr, indices, out):
         raise ValueError(f"indptr needs {n + 1} entries for {n} rows, got {indptr.shape}")
     if indptr[0] != 0 or indices.shape[0] < indptr[n] + PREFETCH_PAD:
         raise ValueError(f"indices must hold the {indptr[n]} edges and {PREFETCH_PAD} entries of padding")
+    cdef const float* ssp = _row_scale(src_scale, x.shape[0], "source scale")
+    cdef const float* dsp = _row_scale(dst_scale, n, "sum scale")
     cdef cnp.ndarray xa = x, pa = indptr, ia = indices, oa = out
     with nogil:
         row_sum(<const float*>cnp.PyArray_DATA(xa), d, <const int64_t*>cnp.PyArray_DATA(pa),
-                <const int64_t*>cnp.PyArray_DATA(ia), n, <float*>cnp.PyArray_DATA(oa))
+                <const int64_t*>cnp.PyArray_DATA(ia), n, <float*>cnp.PyArray_DATA(oa), ssp, dsp)
     return out

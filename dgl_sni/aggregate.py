@@ -10,7 +10,8 @@ values, 1.9-2.6 against 3.0-4.8 ms at 8 (this host's medians vary by that much b
 runs). The sums are float32 in edge order, as DGL's: the tests compare the bits.
 
 :func:`copy_u_sum` takes that path for float32 CPU rows of 8 or 16 values and is DGL's
-op otherwise. The compressed edges of each block are taken from DGL once
+op otherwise; :func:`scaled_sum` also scales the source rows and the sums in that pass (the
+halo sums' GCN norms). The compressed edges of each block are taken from DGL once
 (``adj_tensors``) and kept while the block lives. Used by :mod:`dgl_sni.models` and
 :mod:`dgl_sni.halo.sums`.
 """
@@ -45,9 +46,10 @@ class _Edges:
         return (np.ascontiguousarray(indptr.numpy(), dtype=np.int64),
                 np.concatenate((indices.numpy().astype(np.int64, copy=False), pad)))
 
-    def sum_in(self, x: torch.Tensor) -> torch.Tensor:
+    def sum_in(self, x: torch.Tensor, src_scale: np.ndarray | None = None,
+               dst_scale: np.ndarray | None = None) -> torch.Tensor:
         out = torch.empty(self.num_dst, x.shape[1], dtype=torch.float32)
-        _ops.row_sum_into(x.contiguous().numpy(), self.in_ptr, self.in_src, out.numpy())
+        _ops.row_sum_into(x.contiguous().numpy(), self.in_ptr, self.in_src, out.numpy(), src_scale, dst_scale)
         return out
 
     def sum_out(self, g: torch.Tensor) -> torch.Tensor:
@@ -93,3 +95,24 @@ def copy_u_sum(graph, x: torch.Tensor) -> torch.Tensor:
     if x.requires_grad and torch.is_grad_enabled():
         return _CopyUSum.apply(x, edges)
     return edges.sum_in(x)
+
+
+def _column(scale: torch.Tensor | None, n: int) -> np.ndarray | None:
+    """A per-row scale as the kernel reads it (float32, one value per row), or ``None``."""
+    if scale is None:
+        return None
+    return np.ascontiguousarray(scale.detach().numpy().reshape(n), dtype=np.float32)
+
+
+def scaled_sum(graph, x: torch.Tensor, src_scale: torch.Tensor | None = None,
+               dst_scale: torch.Tensor | None = None) -> torch.Tensor:
+    """``copy_u_sum(graph, x * src_scale) * dst_scale`` (scales: ``[rows, 1]`` columns or
+    ``None``), with the scales applied inside the compiled sum: no scaled copy of ``x`` and
+    no second pass over the sums; the same values. Not differentiable in ``x`` where it is
+    compiled (the halo sums of rows that came off the wire, and their gradients)."""
+    if x.requires_grad or not _compiled_ok(graph, x) or \
+            any(s is not None and (s.dtype != torch.float32 or s.numel() != n)
+                for s, n in ((src_scale, x.shape[0]), (dst_scale, graph.num_dst_nodes()))):
+        out = copy_u_sum(graph, x if src_scale is None else x * src_scale)
+        return out if dst_scale is None else out * dst_scale
+    return _edges(graph).sum_in(x, _column(src_scale, x.shape[0]), _column(dst_scale, graph.num_dst_nodes()))

@@ -46,6 +46,7 @@ from storage_tier.protocols import Owned
 
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
+from .averages import mix
 from .id_sets import HaloIdSet
 from .quantize import decode, encode, row_seed
 from .resolver import HaloResolver, Origin, Resolved
@@ -416,7 +417,7 @@ class KVHaloExchange:
         if self.cfg is not None and self.cfg.stale_grad == "last":
             # the stale steps until the next sync reuse it (smoothed over syncs as the rows are)
             g, prev = self.cfg.smoothing, self._sync_grad.get(layer)
-            self._sync_grad[layer] = received if not g or prev is None else g * prev + (1.0 - g) * received
+            self._sync_grad[layer] = received if not g or prev is None else mix(prev, g, received)
         return received
 
     def _take_received(self, grad_tensor: DistTensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from ..metrics import Counters
 from ..sni.schedule import SyncSchedule
 from ..sni.table import HaloTable
 from ..sni.transfer import DriftTransfer
+from .averages import smooth_into
 
 if TYPE_CHECKING:
     from dpu_agent.client import AgentClient
@@ -439,14 +440,12 @@ class HaloResolver:
                 return fresh
             self._average = np.array(fresh, dtype=np.float32, copy=True)
         elif rows is None:
-            # S * old + (1 - S) * fresh as fresh + S * (old - fresh), written into the average
-            # of the sync before last: nothing reads that one any more (the table holds the last
-            # average, the scoring that read the one before was settled), so no array is made
+            # S * old + (1 - S) * fresh as (old - fresh) * S + fresh, in one pass, written into
+            # the average of the sync before last: nothing reads that one any more (the table
+            # holds the last average, the scoring that read the one before was settled)
             spare = self._spare if self._spare is not None and self._spare.shape == fresh.shape \
                 else np.empty_like(self._average)
-            np.subtract(self._average, fresh, out=spare)
-            spare *= g
-            spare += fresh
+            smooth_into(self._average, fresh, g, spare)
             self._spare, self._average = self._average, spare
         else:
             self._average[rows] = g * self._average[rows] + (1.0 - g) * fresh

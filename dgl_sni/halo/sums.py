@@ -27,7 +27,8 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
-from ..aggregate import copy_u_sum
+from ..aggregate import scaled_sum
+from .averages import mix
 
 from storage_tier.block import GraphBlock, edge_key
 
@@ -63,14 +64,13 @@ class HaloSplit:
         """``S[v] = sum over halo in-edges (u, v) of scale[u] * rows[u]`` (``[owned, d]``)."""
         if self.num_halo == 0:
             return rows.new_zeros((self.num_owned, rows.shape[1]))
-        return copy_u_sum(self.halo.graph, rows if scale is None else rows * scale)
+        return scaled_sum(self.halo.graph, rows, src_scale=scale)
 
     def rows_grad(self, grad_sum: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
         """The halo rows' gradient from the sum's: ``scale * A_halo^T grad_sum`` (``[halo, d]``)."""
         if self.num_halo == 0:
             return grad_sum.new_zeros((0, grad_sum.shape[1]))
-        grad = copy_u_sum(self._reverse, grad_sum.contiguous())
-        return grad if scale is None else grad * scale
+        return scaled_sum(self._reverse, grad_sum.contiguous(), dst_scale=scale)
 
     def static_sum(self, scale: torch.Tensor | None) -> torch.Tensor:
         """The sum of the halo input rows (layer 0), computed once per ``scale``."""
@@ -120,7 +120,7 @@ class KeptSums:
         if not g:
             self._kept[layer] = (version, scale, total)
         elif kept is not None and kept[1] is scale and kept[0] == version - 1:
-            self._kept[layer] = (version, scale, g * kept[2] + (1.0 - g) * total)
+            self._kept[layer] = (version, scale, mix(kept[2], g, total))
         else:
             self._kept.pop(layer, None)
 

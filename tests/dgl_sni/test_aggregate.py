@@ -9,7 +9,7 @@ import dgl
 import dgl.ops as dops
 
 from dgl_sni import _ops
-from dgl_sni.aggregate import copy_u_sum
+from dgl_sni.aggregate import copy_u_sum, scaled_sum
 
 
 def _block(num_src, num_dst, num_edges, seed):
@@ -68,3 +68,35 @@ def test_the_kernel_sums_rows_of_any_width_a_value_at_a_time(d):
     want = np.stack([x[indices[a:b]].sum(0) if b > a else np.zeros(d, np.float32)
                      for a, b in zip(indptr[:-1], indptr[1:])])
     np.testing.assert_allclose(out, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("d", [8, 16, 5])
+@pytest.mark.parametrize("scales", ["src", "dst", "both", "none"])
+def test_scaled_sums_are_the_bits_of_scaling_before_and_after(d, scales):
+    """The halo sums scale their rows and their sums inside the kernel: the values of
+    ``copy_u_sum(x * s) * t``, to the bit (width 5: DGL's op and the products)."""
+    g = _block(700, 300, 5000, seed=d)
+    gen = torch.Generator().manual_seed(d)
+    x = torch.randn(700, d, generator=gen)
+    s = torch.rand(700, 1, generator=gen) if scales in ("src", "both") else None
+    t = torch.rand(300, 1, generator=gen) if scales in ("dst", "both") else None
+    want = dops.copy_u_sum(g, x if s is None else x * s)
+    want = want if t is None else want * t
+    assert torch.equal(scaled_sum(g, x, s, t), want)
+
+
+def test_scaled_sums_of_rows_that_need_a_gradient_stay_differentiable():
+    g = _block(60, 30, 300, seed=3)
+    x = torch.randn(60, 16, requires_grad=True)
+    s = torch.rand(60, 1)
+    scaled_sum(g, x, s).sum().backward()
+    assert torch.equal(x.grad, s.expand(60, 16) * g.out_degrees().to(torch.float32)[:, None])
+
+
+def test_the_kernel_refuses_a_scale_of_the_wrong_length():
+    x = np.ones((3, 8), np.float32)
+    ptr, idx = np.array([0, 1, 2], np.int64), np.zeros(2 + _ops.PREFETCH_PAD, np.int64)
+    with pytest.raises(ValueError, match=r"source scale \(one value per row\) needs 3 values, got 2"):
+        _ops.row_sum_into(x, ptr, idx, np.empty((2, 8), np.float32), src_scale=np.ones(2, np.float32))
+    with pytest.raises(TypeError, match="sum scale"):
+        _ops.row_sum_into(x, ptr, idx, np.empty((2, 8), np.float32), dst_scale=np.ones(2))

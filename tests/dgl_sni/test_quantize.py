@@ -43,7 +43,7 @@ def test_constant_rows_and_empty_input_are_exact():
 
 
 @pytest.mark.parametrize("bits", BITS)
-@pytest.mark.parametrize("dim", [16, 7, 1, 256])
+@pytest.mark.parametrize("dim", [16, 8, 7, 1, 256])
 def test_the_compiled_codec_equals_the_torch_reference_to_the_bit(bits, dim):
     x = torch.randn(300, dim) * torch.logspace(-8, 3, 300)[:, None]
     x[7] = 0.0  # a constant row: scale 0
@@ -97,3 +97,50 @@ def test_the_codec_names_a_bad_input():
 def test_a_bad_bit_width_is_refused():
     with pytest.raises(ValueError, match="--quantize must be one of 4, 8"):
         packed_width(16, 3)
+
+
+def _scan_row(row, u, bits):
+    """One row as the left-to-right scan encodes it (numpy float32 scalars: IEEE single, as
+    the kernel's operations)."""
+    f = np.float32
+    levels = (1 << bits) - 1
+    lo = hi = row[0]
+    for v in row[1:]:
+        lo = v if v < lo else lo
+        hi = v if v > hi else hi
+    scale = f(f(hi - lo) / f(levels))
+    safe = scale if scale > 0 else f(1.0)
+    codes = [min(int(f(f(f(x - lo) / safe) + uj)), levels) for x, uj in zip(row, u)]
+    if bits == 4:
+        codes = [codes[j] | (codes[j + 1] << 4) for j in range(0, len(codes), 2)]
+    return bytes(codes) + np.array([lo, scale], np.float32).tobytes()
+
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("dim", [8, 16])
+def test_rows_with_signed_zeros_are_encoded_as_the_scan_encodes_them(bits, dim):
+    """The 8- and 16-wide rows go four values at a time; a zero min or max must still be the
+    row's first zero, +0 or -0, as the scan keeps it (gradient rows are often zero)."""
+    rng = np.random.default_rng(bits + dim)
+    x = rng.standard_normal((64, dim)).astype(np.float32)
+    x[rng.random(x.shape) < 0.5] = 0.0
+    x[rng.random(x.shape) < 0.3] *= -0.0  # negative zeros among the zeros
+    x[0], x[1] = 0.0, -0.0  # zero rows of each sign
+    x[2, ::2], x[2, 1::2] = -0.0, 0.0
+    x[3, ::2], x[3, 1::2] = 0.0, -0.0
+    x[4] = np.abs(x[4])  # min zero
+    x[5] = -np.abs(x[5])  # max zero
+    u = rng.random(x.size).astype(np.float32)
+    out = np.zeros((64, packed_width(dim, bits)), np.uint8)
+    _ops.encode_rows_into(x, u, out, bits)
+    for r in range(64):
+        assert out[r].tobytes() == _scan_row(x[r], u[r * dim:(r + 1) * dim], bits), r
+
+
+def test_a_row_with_a_nan_keeps_the_scans_header():
+    x = np.tile(np.arange(16, dtype=np.float32), (2, 1))
+    x[0, 5], x[1, 0] = np.nan, np.nan
+    out = np.zeros((2, 24), np.uint8)
+    _ops.encode_rows_into(x, np.zeros(32, np.float32), out, 8)
+    lo = out[:, 16:20].copy().view(np.float32)[:, 0]
+    assert lo[0] == 0.0 and np.isnan(lo[1])  # the scan skips a later NaN and keeps a first one
