@@ -101,7 +101,11 @@ def _column(scale: torch.Tensor | None, n: int) -> np.ndarray | None:
     """A per-row scale as the kernel reads it (float32, one value per row), or ``None``."""
     if scale is None:
         return None
-    return np.ascontiguousarray(scale.detach().numpy().reshape(n), dtype=np.float32)
+    if scale.dtype != torch.float32:  # a wider scale would widen the products: keep its values
+        raise TypeError(f"a row scale must be float32, got {scale.dtype}")
+    if scale.numel() != n:
+        raise ValueError(f"a row scale needs one value per row: {n} rows, {scale.numel()} values")
+    return np.ascontiguousarray(scale.detach().numpy().reshape(n))
 
 
 def scaled_sum(graph, x: torch.Tensor, src_scale: torch.Tensor | None = None,
@@ -110,9 +114,7 @@ def scaled_sum(graph, x: torch.Tensor, src_scale: torch.Tensor | None = None,
     ``None``), with the scales applied inside the compiled sum: no scaled copy of ``x`` and
     no second pass over the sums; the same values. Not differentiable in ``x`` where it is
     compiled (the halo sums of rows that came off the wire, and their gradients)."""
-    if x.requires_grad or not _compiled_ok(graph, x) or \
-            any(s is not None and (s.dtype != torch.float32 or s.numel() != n)
-                for s, n in ((src_scale, x.shape[0]), (dst_scale, graph.num_dst_nodes()))):
+    if x.requires_grad or not _compiled_ok(graph, x):
         out = copy_u_sum(graph, x if src_scale is None else x * src_scale)
         return out if dst_scale is None else out * dst_scale
     return _edges(graph).sum_in(x, _column(src_scale, x.shape[0]), _column(dst_scale, graph.num_dst_nodes()))

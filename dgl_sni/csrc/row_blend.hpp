@@ -1,8 +1,8 @@
 // Blends of two row blocks in one pass, for the stale path's averages (float32, element-wise).
 //
 // smooth_rows: out = (old - fresh) * g + fresh, the resolver's exponential average of halo
-// rows over syncs (dgl_sni.halo.resolver); mix_rows: out = a * ga + b * gb, the kept halo
-// sums' blend (dgl_sni.halo.sums). Each is the float operations of the numpy and torch
+// rows over syncs (dgl_sni.halo.resolver); mix_rows: out = a * ga + b * gb, the blend of
+// the kept halo sums and of the sync gradients (dgl_sni.halo.averages.mix). Each is the float operations of the numpy and torch
 // expressions they replace, in the same order (the build turns off FMA contraction), so the
 // results are equal to the bit; those took two or three passes over the rows, each writing
 // a block of the rows' size.

@@ -68,8 +68,8 @@ inline void row_sum(const float* x, int64_t d, const int64_t* indptr, const int6
             for (int64_t c = 0; c < d; ++c) o[c] = 0.0f;
             for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
                 const float* xr = x + indices[e] * d;
-                const float s = src_scale ? src_scale[indices[e]] : 1.0f;
                 if (src_scale) {
+                    const float s = src_scale[indices[e]];
                     for (int64_t c = 0; c < d; ++c) o[c] += xr[c] * s;
                 } else {
                     for (int64_t c = 0; c < d; ++c) o[c] += xr[c];

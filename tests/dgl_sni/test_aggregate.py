@@ -100,3 +100,12 @@ def test_the_kernel_refuses_a_scale_of_the_wrong_length():
         _ops.row_sum_into(x, ptr, idx, np.empty((2, 8), np.float32), src_scale=np.ones(2, np.float32))
     with pytest.raises(TypeError, match="sum scale"):
         _ops.row_sum_into(x, ptr, idx, np.empty((2, 8), np.float32), dst_scale=np.ones(2))
+
+
+def test_a_scale_of_the_wrong_length_or_type_is_refused_by_name():
+    g = _block(50, 20, 200, seed=4)
+    x = torch.randn(50, 16)
+    with pytest.raises(ValueError, match="one value per row: 50 rows, 49 values"):
+        scaled_sum(g, x, torch.rand(49, 1))
+    with pytest.raises(TypeError, match="a row scale must be float32, got torch.float64"):
+        scaled_sum(g, x, dst_scale=torch.rand(20, 1, dtype=torch.float64))
