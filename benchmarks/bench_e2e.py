@@ -56,6 +56,9 @@ GRAPHS = {
 # interval 1 first: the others are judged against it
 CONFIGS = [
     dict(name="interval1", sync_interval=1),
+    # the null of every paired figure: exact training again, from the same weights, with other
+    # dropout masks; its final-test differences are what two exact runs of a seed differ by
+    dict(name="int1-masks", sync_interval=1, dropout_stream=1),
     # dgl-sni train's stale defaults at the interval the README recommends (2)
     dict(name="stale-default", sync_interval=2),
     dict(name="interval5", sync_interval=5),  # the same defaults, fewer syncs
@@ -161,7 +164,8 @@ def compare(runs: list, link: str, workers: int) -> dict:
 
 def over_seeds(by_seed: dict) -> dict:
     """Per configuration, its paired figures over the seeds (each seed's runs judged against
-    that seed's interval 1): the final test accuracy's difference (mean, lowest), the
+    that seed's interval 1): the final test accuracy's difference (mean, lowest, standard
+    deviation over the seeds), the
     time-to-target speed-up (median, lowest; a run that never reached it counts as 0) and the
     per-epoch speed-up (median)."""
     out = {}
@@ -172,6 +176,7 @@ def over_seeds(by_seed: dict) -> dict:
         speed = [r["time_to_target_speedup"] or 0.0 for r in runs]
         out[name] = dict(seeds=len(runs), final_test_delta_mean=statistics.mean(delta) if delta else None,
                          final_test_delta_min=min(delta) if delta else None,
+                         final_test_delta_sd=statistics.stdev(delta) if len(delta) > 1 else None,
                          time_to_target_speedup_median=statistics.median(speed), time_to_target_speedup_min=min(speed),
                          epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]))
     return out
@@ -230,11 +235,12 @@ def _print(graph, link, judged, runs, seed=None) -> None:
 
 
 def _print_seeds(summary: dict) -> None:
-    print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'x target med':>12s} {'min':>6s} "
-          f"{'x epoch':>8s}")
+    print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'sd':>6s} {'x target med':>12s} "
+          f"{'min':>6s} {'x epoch':>8s}")
     for name, r in summary.items():
         print(f"              {name:16s} {_fmt(r['final_test_delta_mean'], '+.4f'):>15s} "
-              f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
+              f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['final_test_delta_sd'], '.4f'):>6s} "
+              f"{_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
               f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s}",
               flush=True)
 

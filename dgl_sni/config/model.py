@@ -24,8 +24,21 @@ class ModelConfig:
     lr: float = option(0.01, "Adam learning rate", sweep=True)
     weight_decay: float = option(5e-4, "Adam weight decay", sweep=True)
     seed: int = option(0, "weights and dropout seed", sweep=True)
+    dropout_stream: int = option(0, "draw the dropout masks from another stream of --seed (0: the seed's own); "
+                                    "two runs that differ only here start from the same weights and see "
+                                    "different masks, the noise of exact training between paired runs",
+                                 sweep=True)
     epochs: int = option(100, "training epochs", sweep=True)
     eval_every: int = option(1, "evaluate every N epochs (and after the last)", sweep=True)
+
+    @property
+    def dropout_seed(self) -> int:
+        """The seed of the keyed dropout masks: ``seed``, or one derived from it and
+        ``dropout_stream``."""
+        if self.dropout_stream == 0:
+            return self.seed
+        from ..dropout import derive_seed
+        return derive_seed(self.seed, self.dropout_stream) & 0x7FFFFFFFFFFFFFFF
 
     def validate(self) -> "ModelConfig":
         """Raise ``ValueError`` naming the first bad setting."""
@@ -37,6 +50,7 @@ class ModelConfig:
             (self.lr > 0, f"--lr must be positive, got {self.lr}"),
             (0.0 <= self.dropout < 1.0, f"--dropout must lie in [0, 1), got {self.dropout}"),
             (self.weight_decay >= 0, f"--weight-decay must be >= 0, got {self.weight_decay}"),
+            (self.dropout_stream >= 0, f"--dropout-stream must be >= 0, got {self.dropout_stream}"),
             (self.eval_every >= 1, f"--eval-every must be at least 1, got {self.eval_every}"),
             (self.model in MODEL_NAMES, f"--model must be one of {', '.join(MODEL_NAMES)}"),
         ]

@@ -67,10 +67,10 @@ class FullGraphTrainer(TrainerBase):
         if self._sums is not None and (self._sums.sums_halo() or self._sums.sums_inputs()):
             rows = None if self._sums.sums_halo() else (self.view.block, self.exchange)
             logits = self.model.forward_summed(self._halo_split(), self._sums, step=self.step,
-                                               dropout_seed=self.cfg.seed, rows=rows)
+                                               dropout_seed=self.cfg.dropout_seed, rows=rows)
         else:
             logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
-                                dropout_seed=self.cfg.seed, split=self._halo_split())
+                                dropout_seed=self.cfg.dropout_seed, split=self._halo_split())
         mask = self.view.train_mask
         # Sum of per-node losses over the owned training nodes, divided by the *global*
         # number of training nodes: the workers' losses and gradients add up to the

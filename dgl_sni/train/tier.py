@@ -123,7 +123,7 @@ class TierTrainer(TrainerBase):
         try:
             self.engine.reset_metrics()
             self.model.train()
-            self.model.set_step(self.step, self.cfg.seed)
+            self.model.set_step(self.step, self.cfg.dropout_seed)
             self.epoch_step = self.step
             mode = self.exchange.begin_step(self.step, training=True)
             self.optimizer.zero_grad(set_to_none=False)

@@ -37,6 +37,18 @@ def test_over_seeds_reports_the_worst_seed_and_counts_a_miss_as_zero():
     assert stale["time_to_target_speedup_median"] == 3.0
     assert abs(stale["final_test_delta_min"] + 0.08) < 1e-12
     assert abs(stale["final_test_delta_mean"] - (-0.01 - 0.08 + 0.02) / 3) < 1e-12
+    mean = (-0.01 - 0.08 + 0.02) / 3
+    sd = (sum((d - mean) ** 2 for d in (-0.01, -0.08, 0.02)) / 2) ** 0.5
+    assert abs(stale["final_test_delta_sd"] - sd) < 1e-12
+    assert summary["interval1"]["final_test_delta_sd"] == 0.0
+
+
+def test_the_full_preset_runs_the_null_beside_interval_1():
+    """Exact training with other dropout masks, from the same weights: the null that the
+    paired final-test differences are read against."""
+    assert bench_e2e.CONFIGS[0] == dict(name="interval1", sync_interval=1)
+    null = bench_e2e.CONFIGS[1]
+    assert null["sync_interval"] == 1 and null["dropout_stream"] > 0
 
 
 def test_a_run_is_judged_by_the_settings_in_effect_not_the_unset_flags():

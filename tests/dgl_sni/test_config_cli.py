@@ -20,9 +20,10 @@ OLD_KEYS = (
     "measure_staleness transfer agent doca_pci doca_name storage_tier device_mem_budget host_cache_budget "
     "subparts quiet metrics checkpoint_dir checkpoint_every epoch_gate sweep").split()
 STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DGL_SNI_CONFIG only
-# settings added since the parts existed (issues 11 and 13; sync_loss_gap: the guarded policy)
+# settings added since the parts existed (issues 11 and 13; sync_loss_gap: the guarded policy;
+# dropout_stream: the null runs of the paired-seed studies)
 NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
-            "allocator", "stale_halo", "sync_halo"}
+            "allocator", "stale_halo", "sync_halo", "dropout_stream"}
 # settings the non-default config below leaves at their defaults, and why
 KEPT = {"quantize": "quantized rows cannot be tier-backed (the config sets --storage-tier)",
         "agent_dir": "standalone socket agents need --agent process (the config sets inline)",
@@ -48,7 +49,7 @@ def _non_default() -> TrainConfig:
         device_mem_budget="512M", host_cache_budget="4G", subparts=3, quiet=True, metrics="/m.json",
         checkpoint_dir="/c", checkpoint_every=2, epoch_gate="/g", sweep="/s.json", sync_drift=0.2,
         stale_eval=True, agent_timeout=3.0, sync_loss_gap=0.05, smooth=0.5, stale_halo="rows",
-        sync_halo="rows")).validate()
+        sync_halo="rows", dropout_stream=2)).validate()
 
 
 @pytest.mark.parametrize("argv", [[], ["train"], ["partition"], ["launch"]], ids=["top", "train", "partition", "launch"])
@@ -157,7 +158,7 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "seed", "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor",
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth",
-                              "stale_halo", "sync_halo"}
+                              "stale_halo", "sync_halo", "dropout_stream"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()

@@ -53,3 +53,29 @@ def test_derive_seed_mixes_every_part():
     seeds = {derive_seed(0, s, l, t) for s in range(20) for l in range(4) for t in (1, 2)}
     assert len(seeds) == 160
     assert all(0 <= s < 2**64 for s in seeds)
+
+
+
+def test_dropout_stream_keeps_the_weights_and_draws_other_masks():
+    """``--dropout-stream``: stream 0 is the seed's own masks; another stream starts from the
+    same weights, draws different masks, and draws them the same way every time."""
+    from dgl_sni.data import synthetic
+    from dgl_sni.reference import train_reference
+    from dgl_sni.train import ModelConfig
+
+    data = synthetic(num_nodes=600, avg_degree=6, feat_dim=8, seed=1)
+
+    def run(stream, dropout=0.5):
+        cfg = ModelConfig(model="gcn", layers=2, hidden=8, dropout=dropout, seed=4, dropout_stream=stream)
+        trainer, records = train_reference(data, cfg, 2, evaluate=False)
+        return cfg, [r["loss"] for r in records]
+
+    cfg0, own = run(0)
+    assert cfg0.dropout_seed == 4
+    cfg1, other = run(1)
+    assert cfg1.dropout_seed != 4
+    assert run(1)[1] == other  # deterministic
+    assert other[0] != own[0]  # other masks: another first loss
+    assert run(1, dropout=0.0)[1] == run(0, dropout=0.0)[1]  # the same weights: equal without dropout
+    with pytest.raises(ValueError, match="--dropout-stream must be >= 0"):
+        ModelConfig(dropout_stream=-1).validate()
