@@ -80,6 +80,16 @@ def test_exact_vs_in_memory_with_tiny_cache(graph, tmp_path, model, parts, dropo
     assert rec["cache_peak_bytes"] <= TINY
 
 
+def test_the_tier_draws_the_dropout_stream_it_is_given(graph, tmp_path):
+    """``--dropout-stream``: the tier drops what in-memory training of that stream drops,
+    which is not what the seed's own masks drop."""
+    cfg = ModelConfig(model="gcn", layers=2, hidden=8, dropout=0.5, seed=7, dropout_stream=3)
+    _, _, recs = compare(graph, cfg, 2, tmp_path, num_subparts=4, host_cache_budget=TINY)
+    _, own = train_reference(graph, ModelConfig(model="gcn", layers=2, hidden=8, dropout=0.5, seed=7), 2,
+                             evaluate=False)
+    assert recs[0]["loss"] != own[0]["loss"]
+
+
 def test_exact_three_layers_and_evaluation_vs_train_reference(graph, tmp_path):
     cfg = ModelConfig(model="sage", layers=3, hidden=12, dropout=0.5, seed=2)
     _, records = train_reference(graph, cfg, epochs=3)
