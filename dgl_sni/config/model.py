@@ -38,7 +38,7 @@ class ModelConfig:
         if self.dropout_stream == 0:
             return self.seed
         from ..dropout import derive_seed
-        return derive_seed(self.seed, self.dropout_stream) & 0x7FFFFFFFFFFFFFFF
+        return derive_seed(self.seed, self.dropout_stream)
 
     def validate(self) -> "ModelConfig":
         """Raise ``ValueError`` naming the first bad setting."""

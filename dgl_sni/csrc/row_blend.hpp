@@ -2,10 +2,10 @@
 //
 // smooth_rows: out = (old - fresh) * g + fresh, the resolver's exponential average of halo
 // rows over syncs (dgl_sni.halo.resolver); mix_rows: out = a * ga + b * gb, the blend of
-// the kept halo sums and of the sync gradients (dgl_sni.halo.averages.mix). Each is the float operations of the numpy and torch
-// expressions they replace, in the same order (the build turns off FMA contraction), so the
-// results are equal to the bit; those took two or three passes over the rows, each writing
-// a block of the rows' size.
+// the kept halo sums and of the sync gradients (dgl_sni.halo.averages.mix). Each is the
+// float operations of the numpy and torch expressions they replace, in the same order (the
+// build turns off FMA contraction), so the results are equal to the bit; those took two or
+// three passes over the rows, each writing a block of the rows' size.
 #pragma once
 #include <cstdint>
 

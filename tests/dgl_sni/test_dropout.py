@@ -55,7 +55,6 @@ def test_derive_seed_mixes_every_part():
     assert all(0 <= s < 2**64 for s in seeds)
 
 
-
 def test_dropout_stream_keeps_the_weights_and_draws_other_masks():
     """``--dropout-stream``: stream 0 is the seed's own masks; another stream starts from the
     same weights, draws different masks, and draws them the same way every time."""
@@ -67,7 +66,7 @@ def test_dropout_stream_keeps_the_weights_and_draws_other_masks():
 
     def run(stream, dropout=0.5):
         cfg = ModelConfig(model="gcn", layers=2, hidden=8, dropout=dropout, seed=4, dropout_stream=stream)
-        trainer, records = train_reference(data, cfg, 2, evaluate=False)
+        _, records = train_reference(data, cfg, 2, evaluate=False)
         return cfg, [r["loss"] for r in records]
 
     cfg0, own = run(0)
