@@ -40,8 +40,11 @@ class HaloSplit:
 
     Built once per block by :class:`~dgl_sni.train.full_graph.FullGraphTrainer`; read by
     the model's ``forward_summed`` and by the exchange's :meth:`HaloSums.halo_sum`.
-    ``x_src``: the block's input rows (owned first); ``static_sum`` of the halo input rows
-    is computed once per scale, since input features never change.
+    ``x_src``: the block's input rows (owned first); the sum of the halo input rows is
+    computed once per scale, since input features never change: whole (``static_sum``) or
+    as its rows at ``halo_dst``, the owned rows with a halo in-edge (``static_rows``; the
+    others are zero), which a layer that projects first projects alone (``spread`` puts
+    the projected rows back in place).
     """
 
     def __init__(self, block: GraphBlock, x_src: torch.Tensor):
@@ -58,7 +61,9 @@ class HaloSplit:
         self.in_degree = block.graph.in_degrees().to(torch.float32).clamp(min=1).unsqueeze(1)
         self.x_own = x_src[:n_own]
         self._x_halo = x_src[n_own:]
+        self.halo_dst = torch.unique(h_dst)  # owned rows with a halo in-edge, ascending
         self._static = {}  # id(scale) -> (scale, sum of the halo input rows)
+        self._static_rows = {}  # id(scale) -> (scale, that sum's rows at halo_dst)
 
     def sum_rows(self, rows: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
         """``S[v] = sum over halo in-edges (u, v) of scale[u] * rows[u]`` (``[owned, d]``)."""
@@ -78,6 +83,22 @@ class HaloSplit:
         if key not in self._static:
             self._static[key] = (scale, self.sum_rows(self._x_halo, scale))
         return self._static[key][1]
+
+    def static_rows(self, scale: torch.Tensor | None) -> torch.Tensor:
+        """The rows of :meth:`static_sum` at :attr:`halo_dst` (``[len(halo_dst), d]``): the
+        others are zero, so a layer that projects its rows first projects only these (on 4
+        METIS parts: 14-30% of the owned rows of Cora, whose inputs are 1433 wide, and 6-7%
+        of CiteSeer's, 3703 wide)."""
+        key = id(scale)
+        if key not in self._static_rows:
+            self._static_rows[key] = (scale, self.sum_rows(self._x_halo, scale)[self.halo_dst].contiguous())
+        return self._static_rows[key][1]
+
+    def spread(self, rows: torch.Tensor) -> torch.Tensor:
+        """``[owned, d]`` rows: ``rows`` (one per :attr:`halo_dst`) in place, zeros elsewhere
+        (differentiable in ``rows``)."""
+        out = rows.new_zeros((self.num_owned, rows.shape[1]))
+        return out.index_copy(0, self.halo_dst, rows)
 
 
 class KeptSums:

@@ -143,3 +143,31 @@ def test_a_narrow_product_refuses_dropout_keys_that_do_not_fit():
         _ops.narrow_matmul_into(x, w, np.empty((4, 2), np.float32), drop=(np.arange(4), 1, 1.0))
     with pytest.raises(ValueError, match="drops or scales its rows, not both"):
         _ops.narrow_matmul_into(x, w, np.empty((4, 2), np.float32), np.ones(4, np.float32), drop=(np.arange(4), 1, 0.5))
+
+
+@pytest.mark.parametrize("dims", [(12, 5), (5, 9)])  # projects first (fused), aggregates first
+def test_a_gcn_layer_drops_its_inputs_inside_the_projection_to_the_bit(one_thread, dims):
+    """``dropped_forward`` (the exact pass's layers over the whole block) gives the bits of
+    the dropout followed by the layer: output, input gradient and weight gradient."""
+    from dgl_sni.data import synthetic
+    from dgl_sni.models import GCNLayer, keyed_dropper
+    from storage_tier.block import build_block
+    data = synthetic(num_nodes=400, avg_degree=6, num_classes=4, feat_dim=dims[0], seed=3)
+    in_deg, out_deg = data.degrees()
+    block = build_block(data.src, data.dst, data.num_nodes, data.num_nodes, out_deg, in_deg, self_loops=True)
+    torch.manual_seed(0)
+    layer = GCNLayer(*dims)
+    drop = keyed_dropper(0.5, 11, 3, 0)
+    x = torch.from_numpy(data.features)
+    up = torch.randn(data.num_nodes, dims[1])
+    results = []
+    for fused in (True, False):
+        layer.zero_grad()
+        h = x.clone().requires_grad_()
+        out = layer.dropped_forward(block, h, drop, "relu") if fused else layer(block, drop(h, block.src_keys, "feat"),
+                                                                                  drop, "relu")
+        out.backward(up)
+        results.append((out.detach(), h.grad, layer.weight.grad.clone(), layer.bias.grad.clone()))
+    assert (results[0][1] == 0).float().mean() > 0.3  # the mask dropped about half of the inputs
+    for ours, two_ops in zip(*results):
+        assert torch.equal(ours, two_ops)

@@ -17,6 +17,7 @@ from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.halo.sums import HaloSplit, KeptSums
 from dgl_sni.metrics import Counters
 from dgl_sni.models import GCNLayer, SAGELayer, init_model
+from dgl_sni.projection import project
 from dpu_agent.client import InlineAgentClient
 from storage_tier.block import build_block
 
@@ -62,6 +63,33 @@ def test_a_summed_layer_equals_the_layer_over_the_whole_block(layer_type, dims):
     # the halo rows' gradient the stale step pushes, from the sum's gradient
     pushed = split.rows_grad(halo_sum.grad, layer.halo_scale(split.halo))
     torch.testing.assert_close(pushed, rows.grad[n_own:], rtol=1e-5, atol=1e-5)
+
+
+def test_the_input_sum_is_kept_as_the_rows_it_touches():
+    """The halo input rows' sum, kept as its rows at the owned rows with a halo in-edge
+    (``halo_dst``), put back in place, is the whole sum to the bit; a layer that projects
+    first gets the same output and weight gradient from those rows alone."""
+    # 6 owned rows, 3 halo rows; only owned rows 1 and 4 have halo in-edges
+    src = np.array([0, 1, 2, 3, 4, 5, 6, 7, 8, 6])
+    dst = np.array([1, 2, 3, 4, 5, 0, 1, 4, 4, 4])
+    block = build_block(src, dst, 9, 6, np.full(9, 2), np.bincount(dst, minlength=6), self_loops=True)
+    x = torch.randn(9, 7)
+    split = HaloSplit(block, x)
+    assert split.halo_dst.tolist() == [1, 4]
+    layer = GCNLayer(7, 3)
+    scale = layer.halo_scale(split.halo)
+    whole = split.static_sum(scale)
+    assert torch.equal(split.spread(split.static_rows(scale)), whole)
+    assert whole[[0, 2, 3, 5]].abs().sum() == 0
+    w = layer.weight.detach().clone().requires_grad_()
+    layer.weight.grad = None
+    kept = split.spread(layer.project_halo(split.static_rows(scale)))
+    g = torch.randn_like(kept)
+    (kept * g).sum().backward()
+    ref = project(whole, w)
+    (ref * g).sum().backward()
+    torch.testing.assert_close(kept, ref, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(layer.weight.grad, w.grad, rtol=1e-5, atol=1e-6)
 
 
 class _ExactSums:
