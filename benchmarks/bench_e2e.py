@@ -19,7 +19,11 @@ Presets: ``quick`` (the embedded 20k-node graph, 2 workers, 40 epochs: minutes) 
 1 Gbit/s and unshaped; 150 epochs: hours). ``--graphs``/``--links``/``--epochs`` narrow a
 preset; ``--configs FILE`` replaces the configurations (a JSON list of sweep entries, each
 with a ``name``); ``--seeds 0,1,2`` runs every configuration once per seed and adds, per
-configuration, its paired figures over the seeds. Finished runs are kept under
+configuration, its paired figures over the seeds. Each seed trains its configurations in
+an order rotated by one from the previous seed's (:func:`run_order`), so that a drift of
+the shared host over a sweep favours none of them; the null's epoch over interval 1's is
+printed in the sync/int1 column: what that figure reads between two runs of the same code.
+Finished runs are kept under
 ``benchmarks/results/e2e_runs/`` and not rerun.
 
     python benchmarks/bench_e2e.py --preset quick
@@ -157,7 +161,9 @@ def compare(runs: list, link: str, workers: int) -> dict:
             r["epoch_over_cpu_floor"] = r["epoch_s"] / r["cpu_floor_s"]
             r["cpu_bound_speedup"] = base["epoch_s"] / r["cpu_floor_s"]  # the most this CPU work allows here
         sync_r = r["breakdown"].get("sync")
-        if interval > 1 and sync_r and sync.get("time_s"):
+        if r is not base and sync_r and sync.get("time_s"):
+            # an exact run's (the null's) epochs over interval 1's: what this figure reads
+            # between two runs of the same code, the floor a sync epoch's figure is judged by
             r["sync_epoch_over_interval1"] = sync_r["time_s"] / sync["time_s"]
     return out
 
@@ -165,21 +171,31 @@ def compare(runs: list, link: str, workers: int) -> dict:
 def over_seeds(by_seed: dict) -> dict:
     """Per configuration, its paired figures over the seeds (each seed's runs judged against
     that seed's interval 1): the final test accuracy's difference (mean, lowest, standard
-    deviation over the seeds), the
-    time-to-target speed-up (median, lowest; a run that never reached it counts as 0) and the
-    per-epoch speed-up (median)."""
+    deviation over the seeds), the time-to-target speed-up (median, lowest; a run that never
+    reached it counts as 0), the per-epoch speed-up (median) and its sync epochs over interval
+    1's (median, highest)."""
     out = {}
     names = [r["name"] for r in next(iter(by_seed.values()))["runs"]]
     for i, name in enumerate(names):
         runs = [judged["runs"][i] for judged in by_seed.values()]
         delta = [r["final_test_delta"] for r in runs if r["final_test_delta"] is not None]
         speed = [r["time_to_target_speedup"] or 0.0 for r in runs]
+        sync = [r["sync_epoch_over_interval1"] for r in runs if r.get("sync_epoch_over_interval1") is not None]
         out[name] = dict(seeds=len(runs), final_test_delta_mean=statistics.mean(delta) if delta else None,
                          final_test_delta_min=min(delta) if delta else None,
                          final_test_delta_sd=statistics.stdev(delta) if len(delta) > 1 else None,
                          time_to_target_speedup_median=statistics.median(speed), time_to_target_speedup_min=min(speed),
-                         epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]))
+                         epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]),
+                         sync_epoch_over_interval1_median=_median(sync),
+                         sync_epoch_over_interval1_max=max(sync) if sync else None)
     return out
+
+
+def run_order(n: int, group: int) -> list:
+    """The order in which seed group ``group`` trains its ``n`` configurations: rotated by one
+    per group, so that over the seeds every configuration runs in every place of a sweep and
+    a drift of the shared host over a sweep does not favour the ones that run later."""
+    return [(group + i) % n for i in range(n)]
 
 
 def run(preset: str, graphs, links, epochs, configs, workers, seeds=None) -> dict:
@@ -193,13 +209,15 @@ def run(preset: str, graphs, links, epochs, configs, workers, seeds=None) -> dic
             base_args = MODEL + (["--bandwidth", link] if link != "unshaped" else [])
             groups = [None] if seeds is None else seeds
             print(f"{graph} / {link}: {len(configs) * len(groups)} runs of {epochs} epochs", flush=True)
-            entries = [dict({k: v for k, v in c.items() if k != "name"}, epochs=epochs,
-                            **({} if seed is None else dict(seed=seed))) for seed in groups for c in configs]
+            order = [run_order(len(configs), g) for g in range(len(groups))]
+            entries = [dict({k: v for k, v in configs[c].items() if k != "name"}, epochs=epochs,
+                            **({} if seed is None else dict(seed=seed)))
+                       for seed, ranks in zip(groups, order) for c in ranks]
             metrics = run_sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
             by_seed = {}
             for g, seed in enumerate(groups):
-                chunk = metrics[g * len(configs):(g + 1) * len(configs)]
-                runs = [summarize_run(m, c["name"]) for m, c in zip(chunk, configs)]
+                chunk = dict(zip(order[g], metrics[g * len(configs):(g + 1) * len(configs)]))
+                runs = [summarize_run(chunk[i], c["name"]) for i, c in enumerate(configs)]
                 judged = compare(runs, link, workers)
                 by_seed[seed] = dict(judged, runs=runs)
                 _print(graph, link, judged, runs, seed)
@@ -236,13 +254,14 @@ def _print(graph, link, judged, runs, seed=None) -> None:
 
 def _print_seeds(summary: dict) -> None:
     print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'sd':>6s} {'x target med':>12s} "
-          f"{'min':>6s} {'x epoch':>8s}")
+          f"{'min':>6s} {'x epoch':>8s} {'sync/int1 med':>13s} {'max':>5s}")
     for name, r in summary.items():
         print(f"              {name:16s} {_fmt(r['final_test_delta_mean'], '+.4f'):>15s} "
               f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['final_test_delta_sd'], '.4f'):>6s} "
               f"{_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
-              f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s}",
-              flush=True)
+              f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s} "
+              f"{_fmt(r['sync_epoch_over_interval1_median'], '.2f'):>13s} "
+              f"{_fmt(r['sync_epoch_over_interval1_max'], '.2f'):>5s}", flush=True)
 
 
 def main(argv=None) -> int:

@@ -99,3 +99,39 @@ def test_the_hosts_stolen_time_is_read_from_proc_stat_and_reported_per_run(tmp_p
     assert run["breakdown"]["sync"]["steal_s"] in (0.05, 0.15, 0.1)
     without = [{k: v for k, v in e.items() if k != "steal_s"} for e in epochs]
     assert bench_e2e.summarize_run(dict(config=dict(sync_interval=1), epochs=without), "i1")["steal_share"] is None
+
+
+def test_each_seed_runs_its_configurations_in_a_rotated_order_and_judges_them_by_name(monkeypatch):
+    """Over the seeds every configuration runs in every place of the sweep; the figures still
+    go to the configuration that trained them, and the null gets its epoch over interval 1's."""
+    configs = [dict(name="interval1", sync_interval=1), dict(name="null", sync_interval=1, dropout_stream=1),
+               dict(name="stale", sync_interval=2)]
+    swept = []
+
+    def fake_sweep(dataset_args, workers, entries, out_dir, base_args=()):
+        swept.extend(entries)
+        out = []
+        for e in entries:  # each run's epoch time says which configuration and seed trained it
+            t = 0.1 * e["sync_interval"] + 0.01 * e.get("dropout_stream", 0) + 0.001 * e["seed"]
+            modes = ["sync" if e["sync_interval"] == 1 or i % 2 == 0 else "stale" for i in range(e["epochs"])]
+            out.append(dict(config=dict(e, warmup=0), epochs=[
+                dict(epoch=i, mode=m, time_s=t if m == "sync" else t / 4, comp_s=t / 2, comm_s=t / 4, sync_s=0.0,
+                     bytes_sent=1, bytes_recv=1, loss=1.0, val_acc=0.5, test_acc=0.5) for i, m in enumerate(modes)]))
+        return out
+
+    monkeypatch.setattr(bench_e2e, "run_sweep", fake_sweep)
+    report = bench_e2e.run("quick", ["syn20k"], ["1gbit"], 12, configs, 2, seeds=[7, 8, 9])
+    assert [(e["seed"], e["sync_interval"], e.get("dropout_stream", 0)) for e in swept] == [
+        (7, 1, 0), (7, 1, 1), (7, 2, 0), (8, 1, 1), (8, 2, 0), (8, 1, 0), (9, 2, 0), (9, 1, 0), (9, 1, 1)]
+    by_seed = report["graphs"]["syn20k"]["1gbit"]["by_seed"]
+    for seed in (7, 8, 9):
+        base, null, stale = by_seed[str(seed)]["runs"]
+        assert (base["name"], null["name"], stale["name"]) == ("interval1", "null", "stale")
+        assert abs(base["epoch_s"] - (0.1 + 0.001 * seed)) < 1e-12
+        assert abs(null["sync_epoch_over_interval1"] - (0.11 + 0.001 * seed) / (0.1 + 0.001 * seed)) < 1e-12
+        assert abs(stale["sync_epoch_over_interval1"] - (0.2 + 0.001 * seed) / (0.1 + 0.001 * seed)) < 1e-12
+        assert "sync_epoch_over_interval1" not in base
+    summary = report["graphs"]["syn20k"]["1gbit"]["over_seeds"]
+    assert summary["stale"]["sync_epoch_over_interval1_max"] == max(
+        by_seed[str(s)]["runs"][2]["sync_epoch_over_interval1"] for s in (7, 8, 9))
+    assert summary["interval1"]["sync_epoch_over_interval1_median"] is None
