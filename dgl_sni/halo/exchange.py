@@ -1,17 +1,20 @@
 """Halo exchange through DistDGL's KVStore: pull embeddings forward, push gradients back.
 
 Forward: a trainer writes its owned rows into its local shard of the layer's embedding
-tensor (shared memory, no network), all trainers meet at a barrier, and each pulls its
-halo rows. Backward: each pushes the gradients of its halo rows to their owners'
-gradient shards, makes sure its owners have applied them (a one-row pull from every owner
-it pushed to: a server handles one client's requests in order), all meet at a barrier,
-and each adds its local shard to the gradient of its owned rows and zeroes the shard for
-the next epoch.
+tensor (shared memory, no network), announces the write to its machine's server, and
+pulls its halo rows; an owner's server answers the pull once the owner's write of this
+pass is announced (:mod:`dgl_sni.halo.id_sets`). Backward: each pushes the gradients of
+its halo rows to their owners' gradient shards, asks its own server for the gradients
+pushed to its rows (answered once every trainer that has halo rows there pushed this
+round), adds them to the gradient of its owned rows and zeroes the shard for the next
+epoch. The trainers do not meet per layer: one waits only for the rows it reads. A
+shard is written again only after the all-reduce that ends the pass (every pass of a
+trainer ends in one), so no write meets a read of the pass before.
 
 Which halo rows are pulled at a step, and which the agent serves instead (stale steps of
 in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloResolver`
-per hidden layer; this module only moves rows. Stale steps pull no embedding, so no
-barrier is needed before the layer; their halo gradients are still pushed
+per hidden layer; this module only moves rows. Stale steps pull no embedding; their
+halo gradients are still pushed
 (``stale_grad == "exchange"``), dropped (``"skip"``), or not sent while each owned row
 gets the gradient the others sent it at the syncs, averaged over syncs with the rows'
 smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
@@ -31,7 +34,8 @@ step: a layer's pull is sent and left on the wire (:meth:`~dgl_sni.halo.id_sets.
 pushes are not flushed, and both complete at the end of the step (:meth:`complete_step`),
 so the rows travel while the trainer computes the layers above, the backward pass and the
 optimiser step. Steps alternate between two sets of tensors (:meth:`LayerTensors.for_step`), so no
-write meets a read still in flight; the barriers of the next step's layers order every
+write meets a read still in flight; pipelined runs (and the adaptive policy, whose pulls
+by id are DistTensor reads) also meet at a barrier after each write, which orders every
 trainer's completed step before anyone reads its gradient shard.
 """
 from __future__ import annotations
@@ -97,6 +101,7 @@ class KVHaloExchange:
             raise ValueError("pipelined steps replace stale steps: use --sync-policy pipeline without a "
                              "sync interval above 1")
         self.pipeline_from = pipeline_from
+        self.publish_barrier = pipeline_from is not None or (cfg is not None and cfg.sync_policy == "adaptive")
         self._in_flight = {}  # layer -> PendingPull of the last pipelined step's rows
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined or exact)
         self._last_grad = {}  # layer -> gradient received for owned rows at the last exact step
@@ -276,6 +281,20 @@ class KVHaloExchange:
             target = ids if self._owned_local is None else self._owned_local[ids]
             shard[target] = torch.from_numpy(np.ascontiguousarray(chunk))
 
+    def _publish(self, layer: int, owned: Owned) -> None:
+        """Write the owned rows of layer ``layer``'s input where the others pull them and
+        announce the write (:meth:`~dgl_sni.halo.id_sets.HaloIdSet.announce`: their set
+        pulls of it are answered once every owner wrote). With :attr:`publish_barrier`
+        the trainers also meet: pulls by id (the adaptive policy) read the shards as
+        DistTensor reads, which wait for no announcement, and a pipelined step reads the
+        gradients pushed at the step before, which its owners flushed before this."""
+        tensor = self.emb[layer]
+        self._write_owned(tensor.local_partition, owned, layer)
+        if self.halo_set is not None:
+            self.halo_set.announce(tensor.kvstore_key)
+        if self.publish_barrier:
+            self.collective.barrier()
+
     def _read_owned(self, shard: torch.Tensor) -> torch.Tensor:
         if self._owned_local is None:
             return shard[: self.num_owned]
@@ -408,9 +427,8 @@ class KVHaloExchange:
             if last is not None:
                 return last
             return torch.zeros((self.num_owned, self.dims[layer - 1]))
-        with self.counters.timing("comm_s"):
-            self.halo_set.flush()  # the owners applied the pushes
-        self.collective.barrier()
+        with self.counters.timing("comm_s"):  # every gradient the others sent for the owned rows is applied
+            self.halo_set.end_round(self.grad[layer].kvstore_key)
         received = self._take_received(self.grad[layer])
         if self.pipeline_from is not None and self.training:
             self._last_grad[layer] = received  # the first pipelined step uses it
@@ -447,6 +465,7 @@ class KVHaloExchange:
         """Push this step's halo gradients (flushed at the end of the step, used by their owners
         at the next) and return what the others sent for owned rows at the previous step."""
         self._push(layer, grad_halo)
+        self.halo_set.end_round(self.grad[layer].kvstore_key, wait=False)  # the barriers order these reads
         self._grad_pending = True
         if layer in self._last_grad:  # the previous step was exact: its received gradient
             return self._last_grad.pop(layer)
@@ -464,9 +483,7 @@ class _LayerSource:
         self.origin = Origin.TIER if exchange.tier_backed else Origin.PULLED
 
     def publish(self) -> None:
-        ex = self.exchange
-        ex._write_owned(ex.emb[self.layer].local_partition, self.owned, self.layer)
-        ex.collective.barrier()
+        self.exchange._publish(self.layer, self.owned)
 
     def _rows(self, pulled: torch.Tensor) -> np.ndarray:
         return self.exchange._decode(self.layer, pulled)
@@ -477,6 +494,8 @@ class _LayerSource:
             if ex.halo_gids.numel() == 0:
                 return np.zeros((0, ex.dims[self.layer - 1]), dtype=np.float32)
             return self._rows(ex.pull_rows(tensor))
+        if not ex.publish_barrier:  # a DistTensor read of chosen rows waits for no announcement
+            raise RuntimeError("halo rows pulled by id need the publish barrier (the adaptive policy sets it)")
         return self._rows(ex.pull_rows(tensor, torch.from_numpy(ids)))
 
     def peek(self) -> np.ndarray:

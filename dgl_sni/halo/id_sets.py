@@ -22,6 +22,17 @@ waits at once. Precondition (the caller's to keep): while a pull is pending, no 
 of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush); a
 message that belongs to no pending pull raises.
 
+A pull names the publish it reads (:class:`PullSetRequest`'s ``after``: the puller's own
+count of announced writes to that tensor, the same on every trainer, which runs the same
+passes). After writing its owned rows into its machine's shard, a trainer announces it
+to its machine's servers (:class:`PublishedRequest`); a server holds a pull until every
+trainer writing its shard has announced that many writes, and answers it from the
+announcement. Likewise a trainer reading the gradients the others pushed to its rows asks
+its machine's servers (:class:`AwaitPushesRequest`), which answer once every registered
+set has pushed that many times. Neither needs the trainers to meet (a barrier: every
+trainer waits for the slowest, one collective per layer and direction); a pull waits
+only for the rows it reads.
+
 These are DGL RPC services (:func:`register_services`: every process of a job, servers
 before their loop starts). Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
 """
@@ -37,10 +48,18 @@ REGISTER_SET = 906211  # DGL's own services use 9012xx, the write notices 90620x
 PULL_SET = 906212
 PUSH_SET = 906213
 FLUSH_SET = 906214
+PUBLISHED = 906215
+AWAIT_PUSHES = 906216
 
 _SETS: dict = {}  # server side: (trainer rank, key) -> (partition policy, shard offsets of the rows)
 _arrived: dict = {}  # trainer side: msg_seq -> SetRowsResponse received while waiting for another pull
 _pending: dict = {}  # trainer side: msg_seq -> the PendingPull it belongs to
+_announced: dict = {}  # trainer side: tensor name -> writes this trainer announced
+_rounds: dict = {}  # trainer side: tensor name -> push rounds this trainer took part in
+_published: dict = {}  # server side: tensor name -> {writer rank: writes announced}
+_writers: dict = {}  # server side: tensor name -> trainers writing this machine's shard
+_pushes: dict = {}  # server side: tensor name -> set pushes applied
+_held: dict = {}  # server side: tensor name -> [(ready(), client rank, group, msg_seq, answer())]
 
 
 def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
@@ -75,24 +94,31 @@ class RegisterSetRequest(rpc.Request):
 
 
 class PullSetRequest(rpc.Request):
-    """The rows of tensor ``name`` in trainer ``rank``'s set ``key``, in registered order."""
+    """The rows of tensor ``name`` in trainer ``rank``'s set ``key``, in registered order,
+    once the trainers writing this machine's shard announced ``after`` writes of it
+    (:class:`PublishedRequest`; 0: at once). ``group``: the trainer's client group (a
+    held pull is answered from another request)."""
 
-    def __init__(self, name: str, rank: int, key: str):
-        self.name, self.rank, self.key = name, rank, key
+    def __init__(self, name: str, rank: int, key: str, after: int = 0, group: int = 0):
+        self.name, self.rank, self.key, self.after, self.group = name, rank, key, after, group
 
     def __getstate__(self):
-        return self.name, self.rank, self.key
+        return self.name, self.rank, self.key, self.after, self.group
 
     def __setstate__(self, state):
-        self.name, self.rank, self.key = state
+        self.name, self.rank, self.key, self.after, self.group = state
 
     def process_request(self, server_state):
         kv = server_state.kv_store
-        offsets = _offsets(kv, self.name, self.rank, self.key)
-        handler = kv.pull_handlers[self.name]
-        if handler is default_pull_handler:  # DGL's ``data[offsets]``: the same rows, gathered faster
-            return SetRowsResponse(gather_rows(kv.data_store[self.name], offsets))
-        return SetRowsResponse(handler(kv.data_store, self.name, offsets))
+        offsets = _offsets(kv, self.name, self.rank, self.key)  # an unknown set fails now, not when answered
+
+        def answer():
+            handler = kv.pull_handlers[self.name]
+            if handler is default_pull_handler:  # DGL's ``data[offsets]``: the same rows, gathered faster
+                return SetRowsResponse(gather_rows(kv.data_store[self.name], offsets))
+            return SetRowsResponse(handler(kv.data_store, self.name, offsets))
+        return _answer_or_hold(self.name, lambda: _announced_writes(self.name) >= self.after,
+                               self.rank, self.group, answer)
 
 
 def gather_rows(data: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -121,6 +147,8 @@ class PushSetRequest(rpc.Request):
         kv = server_state.kv_store
         offsets = _offsets(kv, self.name, self.rank, self.key)
         kv.push_handlers[self.name](kv.data_store, self.name, offsets, self.data)
+        _pushes[self.name] = _pushes.get(self.name, 0) + 1
+        _release(self.name)
 
 
 class FlushSetRequest(rpc.Request):
@@ -134,6 +162,90 @@ class FlushSetRequest(rpc.Request):
 
     def process_request(self, server_state):
         return SetAck()
+
+
+class PublishedRequest(rpc.Request):
+    """Trainer ``rank`` wrote its rows of tensor ``name`` into this machine's shard for the
+    ``count``-th time; ``writers`` trainers write that shard. Answers the pulls held for
+    it (no answer to the trainer)."""
+
+    def __init__(self, name: str, rank: int, count: int, writers: int):
+        self.name, self.rank, self.count, self.writers = name, rank, count, writers
+
+    def __getstate__(self):
+        return self.name, self.rank, self.count, self.writers
+
+    def __setstate__(self, state):
+        self.name, self.rank, self.count, self.writers = state
+
+    def process_request(self, server_state):
+        _published.setdefault(self.name, {})[self.rank] = self.count
+        _writers[self.name] = self.writers
+        _release(self.name)
+
+
+class AwaitPushesRequest(rpc.Request):
+    """Answered once every set of ``key`` registered here has pushed to tensor ``name``
+    ``rounds`` times (:class:`PushSetRequest`): the gradients the others sent for the
+    asking trainer's rows are all applied."""
+
+    def __init__(self, name: str, key: str, rounds: int, rank: int, group: int = 0):
+        self.name, self.key, self.rounds, self.rank, self.group = name, key, rounds, rank, group
+
+    def __getstate__(self):
+        return self.name, self.key, self.rounds, self.rank, self.group
+
+    def __setstate__(self, state):
+        self.name, self.key, self.rounds, self.rank, self.group = state
+
+    def process_request(self, server_state):
+        key = self.key
+
+        def done():
+            pushers = sum(1 for _, k in _SETS if k == key)
+            return _pushes.get(self.name, 0) >= self.rounds * pushers
+        return _answer_or_hold(self.name, done, self.rank, self.group, SetAck)
+
+
+def _announced_writes(name: str) -> int:
+    """How many writes of ``name`` every trainer writing this shard has announced."""
+    counts = _published.get(name, {})
+    return min(counts.values()) if counts and len(counts) >= _writers.get(name, 1) else 0
+
+
+def _answer_or_hold(name: str, ready, rank: int, group: int, answer):
+    """The answer now where ``ready()``, else ``None`` (DGL sends nothing) with the request
+    held until a later request of ``name`` makes it ready (:func:`_release`)."""
+    if ready():
+        return answer()
+    _held.setdefault(name, []).append((ready, rank, group, rpc.get_msg_seq(), answer))
+    return None
+
+
+def _release(name: str) -> None:
+    """Answer the held requests of ``name`` that are ready now, in the order they came."""
+    waiting = _held.get(name)
+    if not waiting:
+        return
+    keep = []
+    for entry in waiting:
+        ready, rank, group, seq, answer = entry
+        if ready():
+            _send_held(rank, group, seq, answer())
+        else:
+            keep.append(entry)
+    _held[name] = keep
+
+
+def _send_held(rank: int, group: int, seq: int, response) -> None:
+    """Send a held request's answer: DGL numbers an answer with the sequence number of the
+    request being handled, so the held request's number is put back for the send."""
+    current = rpc.get_msg_seq()
+    rpc.set_msg_seq(seq)
+    try:
+        rpc.send_response(rank, response, group)
+    finally:
+        rpc.set_msg_seq(current)
 
 
 class SetAck(rpc.Response):
@@ -166,13 +278,17 @@ def register_services() -> None:
     rpc.register_service(PULL_SET, PullSetRequest, SetRowsResponse)
     rpc.register_service(PUSH_SET, PushSetRequest, None)
     rpc.register_service(FLUSH_SET, FlushSetRequest, SetAck)
+    rpc.register_service(PUBLISHED, PublishedRequest, None)
+    rpc.register_service(AWAIT_PUSHES, AwaitPushesRequest, SetAck)
 
 
 class HaloIdSet:
     """One trainer's halo rows, registered with their owners (collective-free: each trainer
     registers its own). :meth:`pull` and :meth:`push` move every member row of a tensor
     sharded like ``name`` (by ``policy``, the trainer's side of it); :meth:`flush` waits
-    until the owners applied the pushes.
+    until the owners applied the pushes. :meth:`announce` tells this machine's servers the
+    trainer wrote its rows of a tensor (the pulls after it read them);
+    :meth:`end_round` waits until every set pushed to a tensor once more.
 
     ``ids``: global ids of the members, in the order rows are returned and pushed; ``key``
     names the set (registering the same key again replaces it).
@@ -183,6 +299,9 @@ class HaloIdSet:
         self.rank, self.key = rpc.get_rank(), key
         self.size = int(ids.numel())
         per_machine = rpc.get_num_server_per_machine()
+        machine = rpc.get_machine_id()
+        self.local_servers = [machine * per_machine + i for i in range(per_machine)]
+        self.writers = max(1, rpc.get_num_client() // max(1, rpc.get_num_machines()))  # trainers per machine
         owners = policy.to_partid(ids) if self.size else torch.empty(0, dtype=torch.int64)
         self.parts = []  # (server, positions: a slice where the owner's rows are contiguous, else a tensor)
         for machine in torch.unique(owners).tolist():
@@ -208,8 +327,9 @@ class HaloIdSet:
         """Send the requests of :meth:`pull`; the rows arrive at :meth:`PendingPull.wait`."""
         rows = torch.empty((self.size,) + tuple(template.shape[1:]), dtype=template.dtype)
         parts = []
+        after, group = _announced.get(name, 0), rpc.get_group_id()
         for server, where in self.parts:
-            rpc.send_request(server, PullSetRequest(name, self.rank, self.key))
+            rpc.send_request(server, PullSetRequest(name, self.rank, self.key, after, group))
             parts.append((rpc.get_msg_seq() - 1, where))  # the request took the number before it
         pull = PendingPull(rows, parts)
         for seq, _ in parts:
@@ -228,6 +348,27 @@ class HaloIdSet:
         for server, _ in self.parts:
             rpc.send_request(server, FlushSetRequest())
         self._answers(len(self.parts))
+
+    def announce(self, name: str) -> None:
+        """This trainer wrote its rows of tensor ``name`` into its machine's shard: pulls of
+        them sent after this write's count may be answered (by every trainer, which runs
+        the same passes and so announces the same writes)."""
+        count = _announced[name] = _announced.get(name, 0) + 1
+        for server in self.local_servers:
+            rpc.send_request(server, PublishedRequest(name, self.rank, count, self.writers))
+
+    def end_round(self, name: str, wait: bool = True) -> None:
+        """A round of pushes to tensor ``name`` ended (every trainer says so at every round,
+        an empty set too); with ``wait``, return once every set registered with this
+        machine's servers pushed to ``name`` that many times: the gradients for this
+        trainer's rows are all applied."""
+        rounds = _rounds[name] = _rounds.get(name, 0) + 1
+        if not wait:
+            return
+        group = rpc.get_group_id()
+        for server in self.local_servers:
+            rpc.send_request(server, AwaitPushesRequest(name, self.key, rounds, self.rank, group))
+        self._answers(len(self.local_servers))
 
 
 class PendingPull:

@@ -33,11 +33,24 @@ class _State:
         self.kv_store = _KV()
 
 
+_SERVER_STATE = ("_SETS", "_published", "_writers", "_pushes", "_held")
+
+
 @pytest.fixture
 def server():
-    id_sets._SETS.clear()
+    for name in _SERVER_STATE:
+        getattr(id_sets, name).clear()
     yield _State()
-    id_sets._SETS.clear()
+    for name in _SERVER_STATE:
+        getattr(id_sets, name).clear()
+
+
+@pytest.fixture
+def sent(monkeypatch):
+    """The answers of held requests, as (trainer rank, group, message sequence, answer)."""
+    out = []
+    monkeypatch.setattr(id_sets, "_send_held", lambda rank, group, seq, response: out.append((rank, group, seq, response)))
+    return out
 
 
 def test_a_registered_set_pulls_and_accumulates_its_rows_in_registered_order(server):
@@ -99,3 +112,59 @@ def test_default_handler_pulls_are_gathered_and_other_handlers_called(server, mo
     kv.pull_handlers["h1"] = lambda store, name, local: -store[name][local]  # the tensor's own handler
     rows = id_sets.PullSetRequest("h1", 0, "halo").process_request(server).rows
     assert torch.equal(rows, -kv.data_store["h1"][[8, 2]]) and len(gathered) == 1
+
+
+def _request(state, request, seq):
+    """Handle ``request`` as DGL's server loop does: its message number set first."""
+    rpc.set_msg_seq(seq)
+    return request.process_request(state)
+
+
+def test_a_pull_is_held_until_every_writer_of_the_shard_announced_its_write(server, sent):
+    kv = server.kv_store
+    id_sets.RegisterSetRequest("h1", 3, "halo", torch.tensor([104, 100])).process_request(server)
+    assert _request(server, id_sets.PullSetRequest("h1", 3, "halo", after=1, group=2), 41) is None  # held
+    kv.data_store["h1"][4] = -1.0  # the first writer's rows; the second has not written
+    assert _request(server, id_sets.PublishedRequest("h1", 0, 1, writers=2), 42) is None and sent == []
+    kv.data_store["h1"][0] = -2.0
+    _request(server, id_sets.PublishedRequest("h1", 1, 1, writers=2), 43)
+    (rank, group, seq, answer), = sent
+    assert (rank, group, seq) == (3, 2, 41)  # to the puller, numbered as its request
+    assert torch.equal(answer.rows, torch.tensor([[-1.0] * 3, [-2.0] * 3]))
+    # a pull of a write already announced is answered at once; of the next one, held again
+    assert torch.equal(_request(server, id_sets.PullSetRequest("h1", 3, "halo", after=1), 44).rows, answer.rows)
+    assert _request(server, id_sets.PullSetRequest("h1", 3, "halo", after=2), 45) is None
+    _request(server, id_sets.PublishedRequest("h1", 1, 2, writers=2), 46)
+    assert len(sent) == 1  # one writer's second write is not enough
+    _request(server, id_sets.PublishedRequest("h1", 0, 2, writers=2), 47)
+    assert [s[2] for s in sent] == [41, 45]
+
+
+def test_a_held_pull_of_an_unknown_set_fails_at_once(server, sent):
+    with pytest.raises(RuntimeError, match="no halo id set 'halo' is registered for trainer 5"):
+        id_sets.PullSetRequest("h1", 5, "halo", after=3).process_request(server)
+    assert id_sets._held == {}
+
+
+def test_gradients_are_awaited_until_every_registered_set_pushed_that_many_rounds(server, sent):
+    kv = server.kv_store
+    for rank, ids in ((1, [101, 102]), (2, [102])):  # two trainers have halo rows on this machine
+        id_sets.RegisterSetRequest("h1", rank, "halo", torch.tensor(ids)).process_request(server)
+    id_sets.RegisterSetRequest("h1", 3, "other", torch.tensor([109])).process_request(server)  # not a pusher here
+    assert _request(server, id_sets.AwaitPushesRequest("g1", "halo", 1, rank=0, group=0), 7) is None
+    _request(server, id_sets.PushSetRequest("g1", 1, "halo", torch.ones(2, 3)), 8)
+    assert sent == []  # one of two pushes of round 1
+    _request(server, id_sets.PushSetRequest("g1", 2, "halo", torch.ones(1, 3)), 9)
+    (rank, group, seq, answer), = sent
+    assert (rank, seq) == (0, 7) and isinstance(answer, id_sets.SetAck)
+    assert float(kv.data_store["g1"][2, 0]) == 2.0  # both pushes were applied before the answer
+    assert isinstance(_request(server, id_sets.AwaitPushesRequest("g1", "halo", 1, rank=0), 10), id_sets.SetAck)
+    assert _request(server, id_sets.AwaitPushesRequest("g1", "halo", 2, rank=0), 11) is None  # round 2: held
+
+
+def test_held_answers_are_sent_numbered_as_their_request(monkeypatch):
+    calls = []
+    monkeypatch.setattr(rpc, "send_response", lambda target, response, group: calls.append((target, group, rpc.get_msg_seq())))
+    rpc.set_msg_seq(90)
+    id_sets._send_held(4, 1, 12, id_sets.SetAck())
+    assert calls == [(4, 1, 12)] and rpc.get_msg_seq() == 90  # the handled request's number is restored
