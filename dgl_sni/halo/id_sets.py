@@ -299,8 +299,8 @@ class HaloIdSet:
         self.rank, self.key = rpc.get_rank(), key
         self.size = int(ids.numel())
         per_machine = rpc.get_num_server_per_machine()
-        machine = rpc.get_machine_id()
-        self.local_servers = [machine * per_machine + i for i in range(per_machine)]
+        here = rpc.get_machine_id()  # its servers hold this trainer's shard
+        self.local_servers = [here * per_machine + i for i in range(per_machine)]
         self.writers = max(1, rpc.get_num_client() // max(1, rpc.get_num_machines()))  # trainers per machine
         owners = policy.to_partid(ids) if self.size else torch.empty(0, dtype=torch.int64)
         self.parts = []  # (server, positions: a slice where the owner's rows are contiguous, else a tensor)
