@@ -14,8 +14,7 @@ trainer ends in one), so no write meets a read of the pass before.
 Which halo rows are pulled at a step, and which the agent serves instead (stale steps of
 in-network prediction), is decided by one :class:`~dgl_sni.halo.resolver.HaloResolver`
 per hidden layer; this module only moves rows. Stale steps pull no embedding; their
-halo gradients are still pushed
-(``stale_grad == "exchange"``), dropped (``"skip"``), or not sent while each owned row
+halo gradients are still pushed (``stale_grad == "exchange"``), dropped (``"skip"``), or not sent while each owned row
 gets the gradient the others sent it at the syncs, averaged over syncs with the rows'
 smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
 (:mod:`dgl_sni.halo.sums`) gets each layer's sum from :meth:`KVHaloExchange.halo_sum`.

@@ -19,7 +19,8 @@ A pull is split in two: :meth:`HaloIdSet.send_pull` sends its requests and retur
 message sequence number, so several pulls may be in flight and complete in any order).
 Pipelined steps leave a pull on the wire while the trainer computes; :meth:`HaloIdSet.pull`
 waits at once. Precondition (the caller's to keep): while a pull is pending, no other code
-of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush); a
+of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush, an
+await of pushes); a
 message that belongs to no pending pull raises.
 
 A pull names the publish it reads (:class:`PullSetRequest`'s ``after``: the puller's own
