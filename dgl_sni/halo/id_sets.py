@@ -20,8 +20,7 @@ message sequence number, so several pulls may be in flight and complete in any o
 Pipelined steps leave a pull on the wire while the trainer computes; :meth:`HaloIdSet.pull`
 waits at once. Precondition (the caller's to keep): while a pull is pending, no other code
 of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush, an
-await of pushes); a
-message that belongs to no pending pull raises.
+await of pushes); a message that belongs to no pending pull raises.
 
 A pull names the publish it reads (:class:`PullSetRequest`'s ``after``: the puller's own
 count of announced writes to that tensor, the same on every trainer, which runs the same
