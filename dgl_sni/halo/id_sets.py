@@ -38,11 +38,15 @@ before their loop starts). Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 import dgl_sni  # noqa: F401  (DGL shims first)
 from dgl.distributed import rpc
 from dgl.distributed.kvstore import default_pull_handler
+
+from ..messages import FieldState
 
 REGISTER_SET = 906211  # DGL's own services use 9012xx, the write notices 90620x
 PULL_SET = 906212
@@ -74,18 +78,15 @@ def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
     return offsets
 
 
-class RegisterSetRequest(rpc.Request):
+@dataclass(eq=False)
+class RegisterSetRequest(FieldState, rpc.Request):
     """Trainer ``rank`` will name the rows ``ids`` (global ids, owned by this machine) of
     tensors sharded like ``name`` by ``key``."""
 
-    def __init__(self, name: str, rank: int, key: str, ids: torch.Tensor):
-        self.name, self.rank, self.key, self.ids = name, rank, key, ids
-
-    def __getstate__(self):
-        return self.name, self.rank, self.key, self.ids
-
-    def __setstate__(self, state):
-        self.name, self.rank, self.key, self.ids = state
+    name: str
+    rank: int
+    key: str
+    ids: torch.Tensor
 
     def process_request(self, server_state):
         policy = server_state.kv_store.part_policy[self.name]
@@ -93,20 +94,18 @@ class RegisterSetRequest(rpc.Request):
         return SetAck()
 
 
-class PullSetRequest(rpc.Request):
+@dataclass(eq=False)
+class PullSetRequest(FieldState, rpc.Request):
     """The rows of tensor ``name`` in trainer ``rank``'s set ``key``, in registered order,
     once the trainers writing this machine's shard announced ``after`` writes of it
     (:class:`PublishedRequest`; 0: at once). ``group``: the trainer's client group (a
     held pull is answered from another request)."""
 
-    def __init__(self, name: str, rank: int, key: str, after: int = 0, group: int = 0):
-        self.name, self.rank, self.key, self.after, self.group = name, rank, key, after, group
-
-    def __getstate__(self):
-        return self.name, self.rank, self.key, self.after, self.group
-
-    def __setstate__(self, state):
-        self.name, self.rank, self.key, self.after, self.group = state
+    name: str
+    rank: int
+    key: str
+    after: int = 0
+    group: int = 0
 
     def process_request(self, server_state):
         kv = server_state.kv_store
@@ -130,18 +129,15 @@ def gather_rows(data: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return torch.index_select(data, 0, offsets)
 
 
-class PushSetRequest(rpc.Request):
+@dataclass(eq=False)
+class PushSetRequest(FieldState, rpc.Request):
     """Apply ``data`` (one row per member, in registered order) to tensor ``name`` with its
     push handler; no answer (as DGL's pushes)."""
 
-    def __init__(self, name: str, rank: int, key: str, data: torch.Tensor):
-        self.name, self.rank, self.key, self.data = name, rank, key, data
-
-    def __getstate__(self):
-        return self.name, self.rank, self.key, self.data
-
-    def __setstate__(self, state):
-        self.name, self.rank, self.key, self.data = state
+    name: str
+    rank: int
+    key: str
+    data: torch.Tensor
 
     def process_request(self, server_state):
         kv = server_state.kv_store
@@ -151,32 +147,24 @@ class PushSetRequest(rpc.Request):
         _release(self.name)
 
 
-class FlushSetRequest(rpc.Request):
+@dataclass(eq=False)
+class FlushSetRequest(FieldState, rpc.Request):
     """Answered once everything this trainer sent to the server before it is applied."""
-
-    def __getstate__(self):
-        return ()
-
-    def __setstate__(self, state):
-        pass
 
     def process_request(self, server_state):
         return SetAck()
 
 
-class PublishedRequest(rpc.Request):
+@dataclass(eq=False)
+class PublishedRequest(FieldState, rpc.Request):
     """Trainer ``rank`` wrote its rows of tensor ``name`` into this machine's shard for the
     ``count``-th time; ``writers`` trainers write that shard. Answers the pulls held for
     it (no answer to the trainer)."""
 
-    def __init__(self, name: str, rank: int, count: int, writers: int):
-        self.name, self.rank, self.count, self.writers = name, rank, count, writers
-
-    def __getstate__(self):
-        return self.name, self.rank, self.count, self.writers
-
-    def __setstate__(self, state):
-        self.name, self.rank, self.count, self.writers = state
+    name: str
+    rank: int
+    count: int
+    writers: int
 
     def process_request(self, server_state):
         _published.setdefault(self.name, {})[self.rank] = self.count
@@ -184,19 +172,17 @@ class PublishedRequest(rpc.Request):
         _release(self.name)
 
 
-class AwaitPushesRequest(rpc.Request):
+@dataclass(eq=False)
+class AwaitPushesRequest(FieldState, rpc.Request):
     """Answered once every set of ``key`` registered here has pushed to tensor ``name``
     ``rounds`` times (:class:`PushSetRequest`): the gradients the others sent for the
     asking trainer's rows are all applied."""
 
-    def __init__(self, name: str, key: str, rounds: int, rank: int, group: int = 0):
-        self.name, self.key, self.rounds, self.rank, self.group = name, key, rounds, rank, group
-
-    def __getstate__(self):
-        return self.name, self.key, self.rounds, self.rank, self.group
-
-    def __setstate__(self, state):
-        self.name, self.key, self.rounds, self.rank, self.group = state
+    name: str
+    key: str
+    rounds: int
+    rank: int
+    group: int = 0
 
     def process_request(self, server_state):
         key = self.key
@@ -248,27 +234,16 @@ def _send_held(rank: int, group: int, seq: int, response) -> None:
         rpc.set_msg_seq(current)
 
 
-class SetAck(rpc.Response):
+@dataclass(eq=False)
+class SetAck(FieldState, rpc.Response):
     """An empty answer: the request (and every earlier one from the trainer) was handled."""
 
-    def __getstate__(self):
-        return ()
 
-    def __setstate__(self, state):
-        pass
-
-
-class SetRowsResponse(rpc.Response):
+@dataclass(eq=False)
+class SetRowsResponse(FieldState, rpc.Response):
     """The rows of a :class:`PullSetRequest`."""
 
-    def __init__(self, rows: torch.Tensor):
-        self.rows = rows
-
-    def __getstate__(self):
-        return self.rows
-
-    def __setstate__(self, state):
-        self.rows = state
+    rows: torch.Tensor
 
 
 def register_services() -> None:

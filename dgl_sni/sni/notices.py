@@ -24,9 +24,12 @@ from __future__ import annotations
 
 import atexit
 import os
+from dataclasses import dataclass
 
 import numpy as np
 from dgl.distributed import rpc
+
+from ..messages import FieldState
 
 POST_NOTICE = 906201  # DGL's own services use 9012xx
 FETCH_NOTICES = 906202
@@ -53,17 +56,13 @@ def _remove_counter(path: str) -> None:
         pass
 
 
-class PostNoticeRequest(rpc.Request):
+@dataclass(eq=False)
+class PostNoticeRequest(FieldState, rpc.Request):
     """A trainer wrote rows of ``name`` that other machines may hold (``ids`` None: all)."""
 
-    def __init__(self, name: str, ids, writer: int):
-        self.name, self.ids, self.writer = name, ids, writer
-
-    def __getstate__(self):
-        return self.name, self.ids, self.writer
-
-    def __setstate__(self, state):
-        self.name, self.ids, self.writer = state
+    name: str
+    ids: object
+    writer: int
 
     def process_request(self, server_state):
         log, count = _BOARD["log"], _board_counter()
@@ -72,17 +71,11 @@ class PostNoticeRequest(rpc.Request):
         return NoticeResponse(len(log), [], _BOARD["path"])
 
 
-class FetchNoticesRequest(rpc.Request):
+@dataclass(eq=False)
+class FetchNoticesRequest(FieldState, rpc.Request):
     """The notices this server took after the first ``since``."""
 
-    def __init__(self, since: int):
-        self.since = since
-
-    def __getstate__(self):
-        return self.since
-
-    def __setstate__(self, state):
-        self.since = state
+    since: int
 
     def process_request(self, server_state):
         _board_counter()
@@ -90,17 +83,13 @@ class FetchNoticesRequest(rpc.Request):
         return NoticeResponse(len(log), log[self.since:], _BOARD["path"])
 
 
-class NoticeResponse(rpc.Response):
+@dataclass(eq=False)
+class NoticeResponse(FieldState, rpc.Response):
     """How many notices the server holds, the ones asked for, and its counter's path."""
 
-    def __init__(self, count: int, notices: list, path: str):
-        self.count, self.notices, self.path = count, notices, path
-
-    def __getstate__(self):
-        return self.count, self.notices, self.path
-
-    def __setstate__(self, state):
-        self.count, self.notices, self.path = state
+    count: int
+    notices: list
+    path: str
 
 
 def register_services() -> None:
