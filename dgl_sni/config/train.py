@@ -22,8 +22,8 @@ from .tier import TierConfig
 def _train_sni() -> SNIConfig:
     # dgl-sni train is exact (syncs every epoch) unless told otherwise. Its stale epochs serve
     # the agent's cache of smoothed rows (smooth None: SNIConfig.smoothing), chosen over the
-    # gated predictor by the paired-seed runs in the README ("Stale defaults, chosen over
-    # seeds"); sum them where the model allows it (stale_halo None: TrainConfig.stale_sums);
+    # gated predictor by the paired-seed runs in benchmarks/MEASUREMENTS.md ("Stale defaults,
+    # chosen over seeds"); sum them where the model allows it (stale_halo None: TrainConfig.stale_sums);
     # push no halo gradient, owned rows getting the smoothed gradients of the syncs (stale_grad
     # "last"; chosen over seeds: "Summed halo rows and smoothed sync gradients"), after a
     # warm-up of 5 (chosen over seeds: "Overlap, and a warm-up of 5"); a stale run's rows and
@@ -85,7 +85,7 @@ class TrainConfig:
         the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
         where it is unset (``None``, the default) ``summed``: every layer sums its fresh halo
         rows without dropout on them, and the stale steps after it reuse those sums (chosen
-        over seeds, see the README's "What was measured")."""
+        over seeds, see benchmarks/MEASUREMENTS.md, "Sums at the syncs too")."""
         if not self.stale_sums:
             return "rows"
         return self.sni.sync_halo or SYNC_HALO_DEFAULT
