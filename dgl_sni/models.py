@@ -475,11 +475,11 @@ class FullGraphGNN(nn.Module):
         projects them before the sum, as its forward does)."""
         h = exchange.start_halo(i, h)
         h_own, local = layer.dropped_local_sum(split, h, drop)
-        halo = exchange.halo_rows(i, h)
+        scale = layer.halo_scale(split.halo)
+        halo = exchange.halo_rows(i, h, split, scale)
         if drop is not None:
             halo = drop(halo, split.halo.src_keys, "feat")
         first = layer.projects_first()  # narrow the rows before summing them, as the whole block does
-        scale = layer.halo_scale(split.halo)
         if first:
             halo_sum = split.sum_rows(layer.project_halo(halo, scale), None)
         else:
@@ -509,7 +509,12 @@ class FullGraphGNN(nn.Module):
             drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
             if i > 0 and rows is not None:
                 block, exchange = rows
-                h = self._dropped_forward(layer, block, exchange(i, h), drop, act)
+                if isinstance(exchange, SplitHalo) and exchange.takes_rows_apart():
+                    # owned rows aggregated while the halo rows travel; a sync step keeps their
+                    # sum for the stale steps (SplitHalo.halo_rows)
+                    h = self._rows_apart(layer, i, h, split, exchange, drop, act)
+                else:
+                    h = self._dropped_forward(layer, block, exchange(i, h), drop, act)
             else:
                 scale = layer.halo_scale(split.halo)
                 if i > 0:  # the halo rows (if needed) travel while the owned rows are aggregated

@@ -73,8 +73,10 @@ class KVHaloExchange:
     ``sum_stale``: stale training steps take summed halo rows (:mod:`dgl_sni.halo.sums`;
     the trainer checks that its model allows it); ``sync_sums`` (with it): how the other
     training steps take theirs: ``inputs`` (the input layer sums), ``summed`` (every layer
-    sums its fresh rows, and the sums kept for the stale steps are updated from them where
-    the resolver says how the served rows follow, :attr:`Resolved.blend`) or ``rows``.
+    sums its fresh rows) or ``rows``. Whichever, a sync step sums the fresh rows of the
+    layers above the input (as rows: undropped, apart from the ones it trains on) and
+    updates the sums kept for the stale steps from them where the resolver says how the
+    served rows follow (:attr:`Resolved.blend`).
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor,
@@ -365,11 +367,19 @@ class KVHaloExchange:
         (its pushes complete at the end of the step) nor a tier-backed exchange."""
         return self.mode != "pipelined" and not self.tier_backed
 
-    def halo_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+    def halo_rows(self, layer: int, owned: torch.Tensor, split: HaloSplit | None = None,
+                  scale: torch.Tensor | None = None) -> torch.Tensor:
         """Layer ``layer``'s halo rows (``[halo, d]``, block order), ``owned`` being what
         :meth:`start_halo` returned; backward pushes their gradients (see
-        :class:`~dgl_sni.halo.sums.SplitHalo`)."""
-        return _HaloRowsFunction.apply(owned, self, layer)
+        :class:`~dgl_sni.halo.sums.SplitHalo`). With ``split`` and the layer's halo
+        ``scale``, a sync training step of a run whose stale steps sum halo rows also sums
+        the fresh rows as those steps will (:meth:`_sum_and_keep`), so they sum nothing."""
+        return _HaloRowsFunction.apply(owned, self, layer, split, scale)
+
+    def _keeps_sync_sums(self) -> bool:
+        """The current step is a training sync step whose stale steps after it reuse the sum
+        of the halo rows it pulls."""
+        return self.sum_stale and self.training and self.mode == "sync"
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:
@@ -394,9 +404,17 @@ class KVHaloExchange:
         resolved = self._resolve(layer, owned)
         total = self._sums.get(layer, resolved.version, scale)
         if total is None:
-            total = split.sum_rows(torch.from_numpy(np.ascontiguousarray(resolved.rows)), scale)
-            self.counters.add("summed_rows", int(resolved.rows.shape[0]))
-            self._sums.keep(layer, resolved, scale, total)
+            total = self._sum_and_keep(layer, resolved, torch.from_numpy(np.ascontiguousarray(resolved.rows)),
+                                       split, scale)
+        return total
+
+    def _sum_and_keep(self, layer: int, resolved, rows: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
+        """Sum ``resolved``'s rows (``rows``, undropped) and keep the sum, or the kept sum it
+        updates (:meth:`KeptSums.keep`), for the stale steps."""
+        with torch.no_grad():
+            total = split.sum_rows(rows, scale)
+        self.counters.add("summed_rows", int(rows.shape[0]))
+        self._sums.keep(layer, resolved, scale, total)
         return total
 
     def pushes_halo_grad(self) -> bool:
@@ -590,14 +608,18 @@ class _HaloRowsFunction(torch.autograd.Function):
     came through."""
 
     @staticmethod
-    def forward(ctx, owned, exchange: KVHaloExchange, layer: int):
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split, scale):
         ctx.exchange, ctx.layer = exchange, layer
-        return torch.from_numpy(np.ascontiguousarray(exchange._resolve(layer, owned).rows))
+        resolved = exchange._resolve(layer, owned)
+        rows = torch.from_numpy(np.ascontiguousarray(resolved.rows))
+        if split is not None and exchange._keeps_sync_sums():
+            exchange._sum_and_keep(layer, resolved, rows, split, scale)
+        return rows
 
     @staticmethod
     def backward(ctx, grad_halo):
         ctx.exchange._send_grad(ctx.layer, grad_halo)
-        return None, None, None
+        return None, None, None, None, None
 
 
 class _HaloSumFunction(torch.autograd.Function):

@@ -105,9 +105,10 @@ class KeptSums:
     """The halo sums a run's stale steps reuse, per layer, with the version of the served
     rows they sum (:attr:`~dgl_sni.halo.resolver.Resolved.version`).
 
-    A stale step's sum is kept until the served rows change. A training sync step that
-    sums its fresh rows (``--sync-halo summed``) updates the kept sum as the resolver says
-    the served rows follow (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing
+    A stale step's sum is kept until the served rows change. A training sync step sums
+    its fresh rows (to train on with ``--sync-halo summed``; with ``inputs`` and ``rows``,
+    undropped, for this only) and updates the kept sum as the resolver says the served
+    rows follow (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing
     averages the fresh rows into the cache), so the stale steps after it sum nothing; where
     the kept sum is not of the version before, it is dropped and the next stale step sums
     anew. Owned by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
@@ -198,10 +199,11 @@ class SplitHalo(Protocol):
 
     * ``takes_rows_apart()``: the current pass allows it;
     * ``start_halo(layer, owned)``: as :class:`HaloSums` (the pull is sent here);
-    * ``halo_rows(layer, owned)``: the halo rows of layer ``layer``'s input (``[halo, d]``,
-      block order), ``owned`` being what ``start_halo`` returned; backward pushes their
-      gradients, and the gradient the others sent for the owned rows reaches them through
-      ``start_halo``.
+    * ``halo_rows(layer, owned, split, scale)``: the halo rows of layer ``layer``'s input
+      (``[halo, d]``, block order), ``owned`` being what ``start_halo`` returned; backward
+      pushes their gradients, and the gradient the others sent for the owned rows reaches
+      them through ``start_halo``. ``split`` and ``scale`` (the layer's halo scale) let an
+      exchange whose stale steps sum halo rows keep the sum of a sync step's rows for them.
 
     Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
     :meth:`~dgl_sni.models.FullGraphGNN.forward` when the trainer hands it a :class:`HaloSplit`.
@@ -211,4 +213,5 @@ class SplitHalo(Protocol):
 
     def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
-    def halo_rows(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
+    def halo_rows(self, layer: int, owned: torch.Tensor, split: HaloSplit | None = None,
+                  scale: torch.Tensor | None = None) -> torch.Tensor: ...

@@ -354,8 +354,11 @@ class _RecordingExchange:
     def takes_rows_apart(self):
         return True
 
-    def halo_rows(self, layer, owned):
-        return _HaloRowsFunction.apply(owned, self, layer)
+    def halo_rows(self, layer, owned, split=None, scale=None):
+        return _HaloRowsFunction.apply(owned, self, layer, split, scale)
+
+    def _keeps_sync_sums(self):  # an exact run: no stale step to keep sums for
+        return False
 
     def _resolve(self, layer, owned):
         self.events.append(("rows used", layer))
