@@ -376,10 +376,11 @@ class KVHaloExchange:
         the fresh rows as those steps will (:meth:`_sum_and_keep`), so they sum nothing."""
         return _HaloRowsFunction.apply(owned, self, layer, split, scale)
 
-    def _keeps_sync_sums(self) -> bool:
+    def _keeps_sync_sums(self, layer: int) -> bool:
         """The current step is a training sync step whose stale steps after it reuse the sum
-        of the halo rows it pulls."""
-        return self.sum_stale and self.training and self.mode == "sync"
+        of layer ``layer``'s halo rows it pulls (they are served the cache's rows)."""
+        return self.sum_stale and self.training and self.mode == "sync" \
+            and self.resolvers[layer].versions_stale_rows()
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
                  scale: torch.Tensor | None) -> torch.Tensor:
@@ -612,7 +613,7 @@ class _HaloRowsFunction(torch.autograd.Function):
         ctx.exchange, ctx.layer = exchange, layer
         resolved = exchange._resolve(layer, owned)
         rows = torch.from_numpy(np.ascontiguousarray(resolved.rows))
-        if split is not None and exchange._keeps_sync_sums():
+        if split is not None and exchange._keeps_sync_sums(layer):
             exchange._sum_and_keep(layer, resolved, rows, split, scale)
         return rows
 

@@ -331,14 +331,21 @@ class HaloResolver:
         transfer.on_sync(own)
         return time.perf_counter() - start
 
+    def versions_stale_rows(self) -> bool:
+        """Stale training steps are served versioned rows (:attr:`Resolved.version`): the
+        ``cache`` predictor, and no drift transfer or adaptive pull moves a served row. Only
+        then can a caller reuse what it computed of the rows (the kept halo sums)."""
+        cfg = self.cfg
+        return self.table is not None and cfg.predictor == "cache" and self.transfer is None \
+            and cfg.sync_policy != "adaptive"
+
     def cache_version(self) -> int | None:
         """The :attr:`Resolved.version` a stale training step would have, where it is known
-        without asking the agent: with the ``cache`` predictor and nothing that changes rows
-        after the agent serves them (no drift transfer, adaptive pulls, staleness measurement
-        or stale evaluation), every row is the cache's last observation; ``None`` otherwise."""
+        without asking the agent: with :meth:`versions_stale_rows` and nothing else that
+        needs the agent's answer (staleness measurement, stale evaluation), every row is the
+        cache's last observation; ``None`` otherwise."""
         cfg = self.cfg
-        if self.table is None or not self.table.has_history or cfg.predictor != "cache" \
-                or self.transfer is not None or cfg.sync_policy == "adaptive" or cfg.measure_staleness \
+        if not self.versions_stale_rows() or not self.table.has_history or cfg.measure_staleness \
                 or cfg.stale_eval:
             return None
         return self.table.observations

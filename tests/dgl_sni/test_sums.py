@@ -218,6 +218,8 @@ def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
                 versions[step] = out.version
             # steps 0, 1, 4, 7 sync; 2-3 and 5-6 are stale
             assert [versions[s] for s in (0, 1, 4, 7)] == [None] * 4
+            # what a sync step asks before keeping the sum of its rows for the stale steps
+            assert res.versions_stale_rows() is versioned
             if versioned:  # the same rows within a period, new ones after the next sync
                 assert versions[2] == versions[3] != versions[5] == versions[6]
                 assert all(known[s] == versions[s] for s in (2, 3, 5, 6))
@@ -357,7 +359,7 @@ class _RecordingExchange:
     def halo_rows(self, layer, owned, split=None, scale=None):
         return _HaloRowsFunction.apply(owned, self, layer, split, scale)
 
-    def _keeps_sync_sums(self):  # an exact run: no stale step to keep sums for
+    def _keeps_sync_sums(self, layer):  # an exact run: no stale step to keep sums for
         return False
 
     def _resolve(self, layer, owned):
