@@ -10,6 +10,10 @@ cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
                        const int64_t* keys, uint64_t seed, uint32_t threshold, float scale) nogil
 
 cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
+    void keyed_dropout_bits(int64_t rows, int64_t cols, const int64_t* keys, uint64_t seed,
+                            uint32_t threshold, uint32_t* bits) nogil
+
+cdef extern from "csrc/keyed_dropout.hpp" namespace "sni":
     cdef struct RowDropout:
         const int64_t* keys
         uint64_t seed
@@ -24,7 +28,11 @@ cdef extern from "csrc/narrow_matmul.hpp" namespace "sni":
 
 cdef extern from "csrc/row_sum.hpp" namespace "sni":
     void row_sum(const float* x, int64_t d, const int64_t* indptr, const int64_t* indices, int64_t n,
-                 float* out, const float* src_scale, const float* dst_scale) nogil
+                 float* out, const float* src_scale, const float* dst_scale, const uint32_t* dst_bits,
+                 float keep) nogil
+    void row_dropped_sum(const float* x, int64_t d, const int64_t* indptr, const int64_t* indices, int64_t n,
+                         const uint32_t* bits, float keep, float* dropped, float* plain,
+                         const float* src_scale) nogil
     int64_t kPrefetchEdges
 
 cdef extern from "csrc/row_epilogue.hpp" namespace "sni":
@@ -222,6 +230,30 @@ def keyed_dropout_into(x, out, keys, uint64_t seed, double p):
     return out
 
 
+BITS_MAX = 32  # the most columns keyed_dropout_bits_into gives a row's keep bits for (one word)
+
+
+def keyed_dropout_bits_into(keys, uint64_t seed, double p, int64_t cols, bits):
+    """``bits[row]``: bit ``c`` set where :func:`keyed_dropout_into` keeps element ``(row, c)``
+    of rows keyed ``keys`` (int64 ``[rows]``), for ``cols`` (at most :data:`BITS_MAX`)
+    columns; ``bits``: uint32 ``[rows]``."""
+    _c_array(keys, np.int64, "dropout keys")
+    _c_array(bits, np.uint32, "keep bits")
+    if keys.ndim != 1 or bits.ndim != 1 or bits.shape[0] != keys.shape[0]:
+        raise ValueError(f"need one word of keep bits per key: {keys.shape} keys, {bits.shape} words")
+    if not 0 <= cols <= BITS_MAX:
+        raise ValueError(f"keep bits cover at most {BITS_MAX} columns, got {cols}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout probability must lie in [0, 1), got {p}")
+    cdef cnp.ndarray ka = keys, ba = bits
+    cdef int64_t rows = keys.shape[0]
+    cdef uint32_t threshold = _drop_threshold(p)
+    with nogil:
+        keyed_dropout_bits(rows, cols, <const int64_t*>cnp.PyArray_DATA(ka), seed, threshold,
+                           <uint32_t*>cnp.PyArray_DATA(ba))
+    return bits
+
+
 NARROW_MAX = 16  # the widest narrow side the product kernels take (csrc/narrow_matmul.hpp)
 
 
@@ -336,13 +368,10 @@ def scale_bias_act_backward_into(g, y, rs, gs, gb):
 PREFETCH_PAD = kPrefetchEdges  # row_sum_into's indices carry this many readable entries past the last edge
 
 
-def row_sum_into(x, indptr, indices, out, src_scale=None, dst_scale=None):
-    """``out[v] = dst_scale[v] * sum of src_scale[u] * x[u]``, ``u = indices[e]``, over ``e`` in
-    ``indptr[v] .. indptr[v + 1]`` (float32 rows, int64 ``indptr [n + 1]`` and ``indices``,
-    which hold :data:`PREFETCH_PAD` valid row ids past ``indptr[n]``; the scales optional,
-    float32, one value per row); see csrc/row_sum.hpp."""
+def _check_sum(x, indptr, indices, out, what="out"):
+    """Refuse a row sum's arrays that do not fit (see :func:`row_sum_into`)."""
     _matrix(x, np.float32, "rows")
-    _matrix(out, np.float32, "out")
+    _matrix(out, np.float32, what)
     _c_array(indptr, np.int64, "indptr")
     _c_array(indices, np.int64, "indices")
     cdef int64_t n = out.shape[0], d = x.shape[1]
@@ -352,10 +381,50 @@ def row_sum_into(x, indptr, indices, out, src_scale=None, dst_scale=None):
         raise ValueError(f"indptr needs {n + 1} entries for {n} rows, got {indptr.shape}")
     if indptr[0] != 0 or indices.shape[0] < indptr[n] + PREFETCH_PAD:
         raise ValueError(f"indices must hold the {indptr[n]} edges and {PREFETCH_PAD} entries of padding")
+
+
+def _check_dropped_width(int64_t d):
+    if d != 8 and d != 16:
+        raise ValueError(f"dropped row sums take rows of 8 or 16 values, got {d}")
+
+
+def row_sum_into(x, indptr, indices, out, src_scale=None, dst_scale=None, dst_bits=None, float keep=1.0):
+    """``out[v] = dst_scale[v] * sum of src_scale[u] * x[u]``, ``u = indices[e]``, over ``e`` in
+    ``indptr[v] .. indptr[v + 1]`` (float32 rows, int64 ``indptr [n + 1]`` and ``indices``,
+    which hold :data:`PREFETCH_PAD` valid row ids past ``indptr[n]``; the scales optional,
+    float32, one value per row); with ``dst_bits`` (uint32 keep bits per output row, from
+    :func:`keyed_dropout_bits_into`; rows of 8 or 16 values) each sum is then dropped as
+    :func:`keyed_dropout_into` with ``keep = 1 / (1 - p)`` would; see csrc/row_sum.hpp."""
+    _check_sum(x, indptr, indices, out)
+    cdef int64_t n = out.shape[0], d = x.shape[1]
+    if dst_bits is not None:
+        _check_dropped_width(d)
     cdef const float* ssp = _row_scale(src_scale, x.shape[0], "source scale")
     cdef const float* dsp = _row_scale(dst_scale, n, "sum scale")
+    cdef const uint32_t* dbp = <const uint32_t*>_optional_data(dst_bits, np.uint32, n, "keep bits of the sums")
     cdef cnp.ndarray xa = x, pa = indptr, ia = indices, oa = out
     with nogil:
         row_sum(<const float*>cnp.PyArray_DATA(xa), d, <const int64_t*>cnp.PyArray_DATA(pa),
-                <const int64_t*>cnp.PyArray_DATA(ia), n, <float*>cnp.PyArray_DATA(oa), ssp, dsp)
+                <const int64_t*>cnp.PyArray_DATA(ia), n, <float*>cnp.PyArray_DATA(oa), ssp, dsp, dbp, keep)
     return out
+
+
+def row_dropped_sum_into(x, indptr, indices, bits, float keep, dropped, plain=None, src_scale=None):
+    """:func:`row_sum_into` of the rows ``x`` dropped by their keep bits ``bits`` (uint32, one
+    per row of ``x``; kept values times ``keep``) into ``dropped`` and, with ``plain``, of the
+    rows as they are into ``plain``, in one pass (rows of 8 or 16 values)."""
+    _check_sum(x, indptr, indices, dropped, "dropped")
+    cdef int64_t n = dropped.shape[0], d = x.shape[1]
+    _check_dropped_width(d)
+    if plain is not None:
+        _check_sum(x, indptr, indices, plain, "plain")
+    cdef const uint32_t* bp = <const uint32_t*>_optional_data(bits, np.uint32, x.shape[0], "keep bits of the rows")
+    if bp == NULL:
+        raise ValueError("a dropped row sum needs the rows' keep bits")
+    cdef float* pp = <float*>_optional_data(plain, np.float32, n * d, "plain")
+    cdef const float* ssp = _row_scale(src_scale, x.shape[0], "source scale")
+    cdef cnp.ndarray xa = x, pa = indptr, ia = indices, da = dropped
+    with nogil:
+        row_dropped_sum(<const float*>cnp.PyArray_DATA(xa), d, <const int64_t*>cnp.PyArray_DATA(pa),
+                        <const int64_t*>cnp.PyArray_DATA(ia), n, bp, keep, <float*>cnp.PyArray_DATA(da), pp, ssp)
+    return dropped

@@ -9,8 +9,9 @@ element with AVX2, ~60x faster than ``torch.nn.functional.dropout`` on CPU here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from . import _ops
@@ -66,17 +67,33 @@ def keyed_dropout(x: torch.Tensor, keys: torch.Tensor, seed: int, p: float,
 class KeyedMask:
     """The keyed dropout of some rows, not yet applied: ``keyed_dropout(x, keys, seed, p)``.
 
-    Handed to a product that drops its rows as it reads them
-    (:func:`dgl_sni.projection.project`), so the dropped rows are never written out;
-    :meth:`apply` is the same dropout as a separate op.
+    Handed to a product or a sum that drops its rows as it reads them
+    (:func:`dgl_sni.projection.project`, :func:`dgl_sni.aggregate.dropped_sum`), so the
+    dropped rows are never written out; :meth:`apply` is the same dropout as a separate op.
     """
 
     keys: torch.Tensor
     seed: int
     p: float
+    _bits: dict = field(default_factory=dict, compare=False, repr=False)  # cols -> bits(cols)
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         return keyed_dropout(x, self.keys, self.seed, self.p)
+
+    @property
+    def keep(self) -> float:
+        """The factor of a kept value, ``1 / (1 - p)``, as the kernels apply it (float32)."""
+        return float(np.float32(1.0 / (1.0 - self.p)))
+
+    def bits(self, cols: int) -> np.ndarray:
+        """One uint32 per row: bit ``c`` set where the mask keeps column ``c`` (``cols`` at
+        most 32), for kernels that drop rows by these words (:mod:`dgl_sni.aggregate`); drawn
+        once per mask (a dropped sum's forward and its backward read the same)."""
+        if cols not in self._bits:
+            keys = self.keys.contiguous().numpy()
+            self._bits[cols] = _ops.keyed_dropout_bits_into(keys, self.seed, self.p, cols,
+                                                           np.empty(keys.shape[0], np.uint32))
+        return self._bits[cols]
 
     def kernel_args(self) -> tuple:
         """``(keys, seed, p)`` as the compiled kernels take them."""

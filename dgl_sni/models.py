@@ -470,21 +470,16 @@ class FullGraphGNN(nn.Module):
     def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "HaloSplit",
                     exchange: "SplitHalo", drop, act: str | None) -> torch.Tensor:
         """Layer ``i`` over owned rows ``h`` and halo rows taken apart: the pull is sent, the
-        owned rows are dropped and aggregated, then the halo rows are received, dropped and
-        summed (the masks keyed by node, as over the whole block; a layer that projects first
-        projects them before the sum, as its forward does)."""
+        owned rows are dropped and aggregated, then the halo rows are received and summed as
+        they are dropped (the masks keyed by node, as over the whole block), in one pass over
+        the halo edges that also sums them undropped where a sync step keeps that sum for the
+        stale steps (:meth:`SplitHalo.halo_sum`). A layer that projects first projects the sum
+        (one row per owned node, not per halo row), as a summed pass does."""
         h = exchange.start_halo(i, h)
         h_own, local = layer.dropped_local_sum(split, h, drop)
         scale = layer.halo_scale(split.halo)
-        halo = exchange.halo_rows(i, h, split, scale)
-        if drop is not None:
-            halo = drop(halo, split.halo.src_keys, "feat")
-        first = layer.projects_first()  # narrow the rows before summing them, as the whole block does
-        if first:
-            halo_sum = split.sum_rows(layer.project_halo(halo, scale), None)
-        else:
-            halo_sum = split.sum_rows(halo, scale)
-        return layer.combine(split, h_own, local, halo_sum, halo_projected=first, act=act)
+        mask = None if drop is None else drop.mask(split.halo.src_keys, "feat")
+        return layer.combine(split, h_own, local, exchange.halo_sum(i, h, split, scale, mask), act=act)
 
     @property
     def sums_halo_rows(self) -> bool:
@@ -511,7 +506,7 @@ class FullGraphGNN(nn.Module):
                 block, exchange = rows
                 if isinstance(exchange, SplitHalo) and exchange.takes_rows_apart():
                     # owned rows aggregated while the halo rows travel; a sync step keeps their
-                    # sum for the stale steps (SplitHalo.halo_rows)
+                    # undropped sum for the stale steps (SplitHalo.halo_sum)
                     h = self._rows_apart(layer, i, h, split, exchange, drop, act)
                 else:
                     h = self._dropped_forward(layer, block, exchange(i, h), drop, act)

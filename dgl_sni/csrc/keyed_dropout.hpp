@@ -56,6 +56,24 @@ inline void keyed_dropout(const float* x, float* y, int64_t rows, int64_t cols,
     }
 }
 
+// bits[r]: bit c set where keyed_dropout keeps element (r, c), for the first cols (at most
+// 32) columns: the mask of a row in one word, which the sums of dropped rows (row_sum.hpp)
+// read instead of drawing it again per edge or writing the dropped rows out.
+__attribute__((target_clones("avx2", "default")))
+inline void keyed_dropout_bits(int64_t rows, int64_t cols, const int64_t* keys, uint64_t seed,
+                               uint32_t threshold, uint32_t* bits) {
+    const int32_t t = dropout_threshold(threshold);
+    for (int64_t r = 0; r < rows; ++r) {
+        const uint32_t base = dropout_row_base(seed, keys[r]);
+        uint32_t b = 0;
+        for (int32_t c = 0; c < static_cast<int32_t>(cols); ++c) {
+            const uint32_t u = mix32(base + static_cast<uint32_t>(c) * 0x9E3779B9u);
+            b |= static_cast<uint32_t>(static_cast<int32_t>(u ^ 0x80000000u) >= t) << c;
+        }
+        bits[r] = b;
+    }
+}
+
 // The keyed dropout a narrow product applies to the rows of x as it reads them (null keys:
 // none), so the dropped rows are never written out.
 struct RowDropout {

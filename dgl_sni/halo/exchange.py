@@ -20,12 +20,12 @@ smoothing (``"last"``: no traffic). A run that sums halo rows on stale steps
 (:mod:`dgl_sni.halo.sums`) gets each layer's sum from :meth:`KVHaloExchange.halo_sum`.
 
 Communication overlaps compute where a layer takes its owned and halo rows apart (GCN and
-SAGE: :class:`~dgl_sni.halo.sums.SplitHalo`; the sync steps that sum, ``--sync-halo
-summed``, and exact steps): :meth:`KVHaloExchange.start_halo` publishes a layer's owned
-rows and sends its pull before the trainer aggregates them, and the rows are received when
-the layer needs them (:meth:`~KVHaloExchange.halo_rows`, or the sum); backward pushes the
-halo gradients in that node and receives the others' in the node ``start_halo`` made,
-after the owned aggregation's backward ran.
+SAGE: :class:`~dgl_sni.halo.sums.SplitHalo`; every step but a pipelined or tier-backed
+one): :meth:`KVHaloExchange.start_halo` publishes a layer's owned rows and sends its pull
+before the trainer aggregates them, and the rows are received when the layer needs their
+sum (:meth:`~KVHaloExchange.halo_sum`, which drops them by the layer's input dropout as it
+sums them); backward pushes the halo gradients in that node and receives the others' in
+the node ``start_halo`` made, after the owned aggregation's backward ran.
 
 Pipelined steps (``pipeline_from``: the first such step; PipeGCN's staleness of one step)
 publish and push as exact steps do, but use the halo rows and gradients of the previous
@@ -47,6 +47,7 @@ from dgl.distributed import DistTensor
 
 from storage_tier.protocols import Owned
 
+from ..dropout import KeyedMask
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
 from .averages import mix
@@ -363,18 +364,9 @@ class KVHaloExchange:
 
     def takes_rows_apart(self) -> bool:
         """The current pass may take halo rows apart from owned ones (:meth:`start_halo`,
-        :meth:`halo_rows`; see :class:`~dgl_sni.halo.sums.SplitHalo`): not a pipelined step
+        :meth:`halo_sum`; see :class:`~dgl_sni.halo.sums.SplitHalo`): not a pipelined step
         (its pushes complete at the end of the step) nor a tier-backed exchange."""
         return self.mode != "pipelined" and not self.tier_backed
-
-    def halo_rows(self, layer: int, owned: torch.Tensor, split: HaloSplit | None = None,
-                  scale: torch.Tensor | None = None) -> torch.Tensor:
-        """Layer ``layer``'s halo rows (``[halo, d]``, block order), ``owned`` being what
-        :meth:`start_halo` returned; backward pushes their gradients (see
-        :class:`~dgl_sni.halo.sums.SplitHalo`). With ``split`` and the layer's halo
-        ``scale``, a sync training step of a run whose stale steps sum halo rows also sums
-        the fresh rows as those steps will (:meth:`_sum_and_keep`), so they sum nothing."""
-        return _HaloRowsFunction.apply(owned, self, layer, split, scale)
 
     def _keeps_sync_sums(self, layer: int) -> bool:
         """The current step is a training sync step whose stale steps after it reuse the sum
@@ -383,10 +375,15 @@ class KVHaloExchange:
             and self.resolvers[layer].versions_stale_rows()
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
-                 scale: torch.Tensor | None) -> torch.Tensor:
-        """The sum of layer ``layer``'s served halo rows (see :class:`~dgl_sni.halo.sums.HaloSums`);
-        recomputed only when the served rows changed (``Resolved.version``)."""
-        return _HaloSumFunction.apply(owned, self, layer, split, scale)
+                 scale: torch.Tensor | None, mask: KeyedMask | None = None) -> torch.Tensor:
+        """The sum of layer ``layer``'s halo rows (see :class:`~dgl_sni.halo.sums.HaloSums`
+        and :class:`~dgl_sni.halo.sums.SplitHalo`): on a step that :meth:`sums_halo`, of the
+        served rows undropped, recomputed only when they changed (``Resolved.version``);
+        on any other, of its rows dropped by ``mask`` (the layer's input dropout; ``None``:
+        none), and a training sync step of a run whose stale steps sum halo rows also sums
+        them undropped in the same pass, as those steps will (:meth:`_keep_sum`), so they
+        sum nothing."""
+        return _HaloSumFunction.apply(owned, self, layer, split, scale, mask)
 
     def _kept_version(self, layer: int) -> int | None:
         """On a stale training step that sums halo rows: the version of the rows the cache
@@ -397,26 +394,44 @@ class KVHaloExchange:
         version = self.resolvers[layer].cache_version()
         return version if version is not None and self._sums.version(layer) == version else None
 
-    def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
-        total = self._sums.get(layer, self._kept_version(layer), scale)
-        if total is not None:
-            self.resolvers[layer].count_cached()
+    def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale,
+                mask: KeyedMask | None) -> torch.Tensor:
+        if self.sums_halo():
+            if mask is not None:
+                raise ValueError("a step that sums halo rows takes them undropped")
+            total = self._sums.get(layer, self._kept_version(layer), scale)
+            if total is not None:
+                self.resolvers[layer].count_cached()
+                return total
+            resolved = self._resolve(layer, owned)
+            total = self._sums.get(layer, resolved.version, scale)
+            if total is None:
+                total = self._rows_sum(resolved, split, scale)
+                self._keep_sum(layer, resolved, scale, total)
             return total
         resolved = self._resolve(layer, owned)
-        total = self._sums.get(layer, resolved.version, scale)
-        if total is None:
-            total = self._sum_and_keep(layer, resolved, torch.from_numpy(np.ascontiguousarray(resolved.rows)),
-                                       split, scale)
+        if mask is None:
+            total = kept = self._rows_sum(resolved, split, scale)
+        else:
+            with torch.no_grad():
+                total, kept = split.dropped_sums(self._rows(resolved), scale, mask, plain=self._keeps_sync_sums(layer))
+        if self._keeps_sync_sums(layer):
+            self._keep_sum(layer, resolved, scale, kept)
         return total
 
-    def _sum_and_keep(self, layer: int, resolved, rows: torch.Tensor, split: HaloSplit, scale) -> torch.Tensor:
-        """Sum ``resolved``'s rows (``rows``, undropped) and keep the sum, or the kept sum it
-        updates (:meth:`KeptSums.keep`), for the stale steps."""
+    @staticmethod
+    def _rows(resolved: Resolved) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(resolved.rows))
+
+    def _rows_sum(self, resolved: Resolved, split: HaloSplit, scale) -> torch.Tensor:
         with torch.no_grad():
-            total = split.sum_rows(rows, scale)
-        self.counters.add("summed_rows", int(rows.shape[0]))
+            return split.sum_rows(self._rows(resolved), scale)
+
+    def _keep_sum(self, layer: int, resolved: Resolved, scale, total: torch.Tensor) -> None:
+        """``total`` is the sum of ``resolved``'s rows undropped: keep it, or the kept sum it
+        updates (:meth:`KeptSums.keep`), for the stale steps."""
+        self.counters.add("summed_rows", int(resolved.rows.shape[0]))
         self._sums.keep(layer, resolved, scale, total)
-        return total
 
     def pushes_halo_grad(self) -> bool:
         """This step sends its halo gradients (not a stale step that skips or reuses them)."""
@@ -603,40 +618,20 @@ class _HaloGate(torch.autograd.Function):
         return grad_owned + ctx.exchange._received_grad(ctx.layer), None, None  # out of place
 
 
-class _HaloRowsFunction(torch.autograd.Function):
-    """Autograd node: ``halo = halo_rows(owned)``; backward pushes the halo rows' gradient;
-    the gradient the others sent for ``owned`` is added by the :class:`_HaloGate` ``owned``
-    came through."""
-
-    @staticmethod
-    def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split, scale):
-        ctx.exchange, ctx.layer = exchange, layer
-        resolved = exchange._resolve(layer, owned)
-        rows = torch.from_numpy(np.ascontiguousarray(resolved.rows))
-        if split is not None and exchange._keeps_sync_sums(layer):
-            exchange._sum_and_keep(layer, resolved, rows, split, scale)
-        return rows
-
-    @staticmethod
-    def backward(ctx, grad_halo):
-        ctx.exchange._send_grad(ctx.layer, grad_halo)
-        return None, None, None, None, None
-
-
 class _HaloSumFunction(torch.autograd.Function):
     """Autograd node: ``sum = halo_sum(owned)``; backward pushes the halo rows' gradient
-    (``scale * A_halo^T dL/dsum``); the gradient the others sent for ``owned`` is added by
-    the :class:`_HaloGate` ``owned`` came through."""
+    (``scale * A_halo^T dL/dsum``, dropped by the rows' ``mask``); the gradient the others
+    sent for ``owned`` is added by the :class:`_HaloGate` ``owned`` came through."""
 
     @staticmethod
-    def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split: HaloSplit, scale):
-        ctx.exchange, ctx.layer, ctx.split, ctx.scale = exchange, layer, split, scale
-        total = exchange._summed(layer, owned, split, scale)
+    def forward(ctx, owned, exchange: KVHaloExchange, layer: int, split: HaloSplit, scale, mask):
+        ctx.exchange, ctx.layer, ctx.split, ctx.scale, ctx.mask = exchange, layer, split, scale, mask
+        total = exchange._summed(layer, owned, split, scale, mask)
         return total.view_as(total)  # a new tensor per step, over the kept sum (only read)
 
     @staticmethod
     def backward(ctx, grad_sum):
         ex = ctx.exchange
         if ex.pushes_halo_grad():
-            ex._send_grad(ctx.layer, ctx.split.rows_grad(grad_sum, ctx.scale))
-        return None, None, None, None, None
+            ex._send_grad(ctx.layer, ctx.split.rows_grad(grad_sum, ctx.scale, ctx.mask))
+        return None, None, None, None, None, None

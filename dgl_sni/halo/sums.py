@@ -27,7 +27,8 @@ import torch
 
 import dgl_sni  # noqa: F401
 import dgl
-from ..aggregate import scaled_sum
+from ..aggregate import dropped_sum, scaled_sum
+from ..dropout import KeyedMask
 from .averages import mix
 
 from storage_tier.block import GraphBlock, edge_key
@@ -71,11 +72,24 @@ class HaloSplit:
             return rows.new_zeros((self.num_owned, rows.shape[1]))
         return scaled_sum(self.halo.graph, rows, src_scale=scale)
 
-    def rows_grad(self, grad_sum: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
-        """The halo rows' gradient from the sum's: ``scale * A_halo^T grad_sum`` (``[halo, d]``)."""
+    def dropped_sums(self, rows: torch.Tensor, scale: torch.Tensor | None, mask: KeyedMask,
+                     plain: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """:meth:`sum_rows` of the halo rows ``rows`` dropped by ``mask`` (their keyed dropout)
+        and, with ``plain``, of ``rows`` as they are (else ``None``), in one pass over the
+        halo edges (:func:`~dgl_sni.aggregate.dropped_sum`); not differentiable: the dropped
+        sum's backward is :meth:`rows_grad` with the same ``mask``."""
+        if self.num_halo == 0:
+            zeros = rows.new_zeros((self.num_owned, rows.shape[1]))
+            return zeros, zeros.clone() if plain else None
+        return dropped_sum(self.halo.graph, rows, mask, src_scale=scale, plain=plain)
+
+    def rows_grad(self, grad_sum: torch.Tensor, scale: torch.Tensor | None,
+                  mask: KeyedMask | None = None) -> torch.Tensor:
+        """The halo rows' gradient from the sum's: ``scale * A_halo^T grad_sum`` (``[halo, d]``),
+        dropped by ``mask`` where the sum was of the rows dropped by it (:meth:`dropped_sums`)."""
         if self.num_halo == 0:
             return grad_sum.new_zeros((0, grad_sum.shape[1]))
-        return scaled_sum(self._reverse, grad_sum.contiguous(), dst_scale=scale)
+        return scaled_sum(self._reverse, grad_sum.contiguous(), dst_scale=scale, dst_mask=mask)
 
     def static_sum(self, scale: torch.Tensor | None) -> torch.Tensor:
         """The sum of the halo input rows (layer 0), computed once per ``scale``."""
@@ -199,11 +213,13 @@ class SplitHalo(Protocol):
 
     * ``takes_rows_apart()``: the current pass allows it;
     * ``start_halo(layer, owned)``: as :class:`HaloSums` (the pull is sent here);
-    * ``halo_rows(layer, owned, split, scale)``: the halo rows of layer ``layer``'s input
-      (``[halo, d]``, block order), ``owned`` being what ``start_halo`` returned; backward
-      pushes their gradients, and the gradient the others sent for the owned rows reaches
-      them through ``start_halo``. ``split`` and ``scale`` (the layer's halo scale) let an
-      exchange whose stale steps sum halo rows keep the sum of a sync step's rows for them.
+    * ``halo_sum(layer, owned, split, scale, mask)``: :meth:`HaloSplit.sum_rows` of the
+      halo rows of layer ``layer``'s input dropped by ``mask`` (the layer's keyed input
+      dropout, ``None``: none), ``owned`` being what ``start_halo`` returned; backward
+      pushes the rows' gradients (:meth:`HaloSplit.rows_grad` with the mask), and the
+      gradient the others sent for the owned rows reaches them through ``start_halo``. An
+      exchange whose stale steps sum halo rows keeps the undropped sum of a sync step's
+      rows for them, summed in the same pass (:meth:`HaloSplit.dropped_sums`).
 
     Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
     :meth:`~dgl_sni.models.FullGraphGNN.forward` when the trainer hands it a :class:`HaloSplit`.
@@ -213,5 +229,5 @@ class SplitHalo(Protocol):
 
     def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
-    def halo_rows(self, layer: int, owned: torch.Tensor, split: HaloSplit | None = None,
-                  scale: torch.Tensor | None = None) -> torch.Tensor: ...
+    def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale: torch.Tensor | None,
+                 mask: KeyedMask | None = None) -> torch.Tensor: ...

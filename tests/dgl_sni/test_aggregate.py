@@ -1,5 +1,6 @@
 """The compiled sum aggregation (dgl_sni.aggregate): DGL's copy_u_sum to the bit, forward and
-backward, on blocks with empty rows and hubs; DGL's own op where the kernel does not apply."""
+backward, on blocks with empty rows and hubs; DGL's own op where the kernel does not apply;
+sums of rows dropped by their keep bits equal to the bit keyed dropout and then the sum."""
 import numpy as np
 import pytest
 import torch
@@ -9,7 +10,8 @@ import dgl
 import dgl.ops as dops
 
 from dgl_sni import _ops
-from dgl_sni.aggregate import copy_u_sum, scaled_sum
+from dgl_sni.aggregate import copy_u_sum, dropped_sum, scaled_sum
+from dgl_sni.dropout import KeyedMask
 
 
 def _block(num_src, num_dst, num_edges, seed):
@@ -109,3 +111,65 @@ def test_a_scale_of_the_wrong_length_or_type_is_refused_by_name():
         scaled_sum(g, x, torch.rand(49, 1))
     with pytest.raises(TypeError, match="a row scale must be float32, got torch.float64"):
         scaled_sum(g, x, dst_scale=torch.rand(20, 1, dtype=torch.float64))
+
+
+def _mask(n, seed, p=0.5):
+    keys = torch.from_numpy(np.random.default_rng(seed).permutation(10 * n)[:n].astype(np.int64))
+    return KeyedMask(keys, 977 + seed, p)
+
+
+@pytest.mark.parametrize("d", [8, 16, 5])
+@pytest.mark.parametrize("scaled", [True, False])
+@pytest.mark.parametrize("p", [0.5, 0.1])
+def test_a_dropped_sum_is_the_bits_of_dropping_the_rows_then_summing(d, scaled, p):
+    """A sync step's halo rows are summed dropped (to train on) and undropped (kept for the
+    stale steps) in one pass that reads their keep bits: the values of keyed dropout and
+    then ``scaled_sum``, to the bit, and its backward those of ``scaled_sum`` over the
+    reversed edges and then keyed dropout (width 5: the ops one after the other)."""
+    g = _block(700, 300, 5000, seed=d)
+    gen = torch.Generator().manual_seed(d)
+    x = torch.randn(700, d, generator=gen)
+    s = torch.rand(700, 1, generator=gen) if scaled else None
+    mask = _mask(700, d, p)
+    dropped, plain = dropped_sum(g, x, mask, s, plain=True)
+    assert torch.equal(dropped, scaled_sum(g, mask.apply(x), s))
+    assert torch.equal(plain, scaled_sum(g, x, s))
+    alone, none = dropped_sum(g, x, mask, s)
+    assert none is None and torch.equal(alone, dropped)
+    # backward: over the reversed edges, each source's gradient scaled, then dropped by its mask
+    rev = dgl.create_block(tuple(reversed(g.edges(order="eid"))), num_src_nodes=300, num_dst_nodes=700)
+    up = torch.randn(300, d, generator=gen)
+    assert torch.equal(scaled_sum(rev, up, dst_scale=s, dst_mask=mask), mask.apply(scaled_sum(rev, up, dst_scale=s)))
+    # ... which is autograd's gradient through the dropout and the sum
+    xx = x.clone().requires_grad_()
+    scaled_sum(g, mask.apply(xx), s).backward(up)
+    torch.testing.assert_close(scaled_sum(rev, up, dst_scale=s, dst_mask=mask), xx.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_keep_bits_are_the_mask_keyed_dropout_applies():
+    mask = _mask(5000, 7, p=0.3)
+    ones = mask.apply(torch.ones(5000, 32))
+    bits = mask.bits(32)
+    for c in (0, 13, 31):
+        assert np.array_equal((bits >> c) & 1, (ones[:, c] != 0).numpy().astype(np.uint32))
+    assert np.array_equal(mask.bits(16), bits & 0xFFFF)  # a row's first columns draw the same
+    assert abs(ones.ne(0).float().mean().item() - 0.7) < 0.01
+
+
+def test_dropped_sums_refuse_what_they_cannot_read_by_name():
+    x = np.ones((3, 8), np.float32)
+    ptr, idx = np.array([0, 1, 2], np.int64), np.zeros(2 + _ops.PREFETCH_PAD, np.int64)
+    bits = np.zeros(3, np.uint32)
+    with pytest.raises(ValueError, match="keep bits of the rows needs 3 values, got 2"):
+        _ops.row_dropped_sum_into(x, ptr, idx, bits[:2], 2.0, np.empty((2, 8), np.float32))
+    with pytest.raises(ValueError, match="dropped row sums take rows of 8 or 16 values, got 5"):
+        _ops.row_dropped_sum_into(np.ones((3, 5), np.float32), ptr, idx, bits, 2.0, np.empty((2, 5), np.float32))
+    with pytest.raises(ValueError, match="sums of rows of 8 values into rows of 16"):
+        _ops.row_dropped_sum_into(x, ptr, idx, bits, 2.0, np.empty((2, 8), np.float32), np.empty((2, 16), np.float32))
+    with pytest.raises(TypeError, match="keep bits must be uint32"):
+        _ops.keyed_dropout_bits_into(np.arange(3), 1, 0.5, 8, np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="keep bits cover at most 32 columns, got 33"):
+        _ops.keyed_dropout_bits_into(np.arange(3), 1, 0.5, 33, np.zeros(3, np.uint32))
+    with pytest.raises(ValueError, match="dropped row sums take rows of 8 or 16 values, got 5"):
+        _ops.row_sum_into(np.ones((3, 5), np.float32), ptr, idx, np.empty((2, 5), np.float32),
+                          dst_bits=np.zeros(2, np.uint32))

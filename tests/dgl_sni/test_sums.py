@@ -4,7 +4,6 @@ With the sum of the same rows, a layer's summed form equals its form over the wh
 (to float rounding), forward and backward; the model refuses it where a layer is not
 linear in its halo rows; the resolver versions the rows so a sum is reused only while the
 served rows are the same."""
-import types
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ import torch
 
 from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
-from dgl_sni.halo.exchange import _HaloGate, _HaloRowsFunction, _HaloSumFunction
+from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
 from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.halo.sums import HaloSplit, KeptSums
 from dgl_sni.metrics import Counters
@@ -340,31 +339,23 @@ class _RecordingExchange:
     def start_halo(self, layer, owned):
         return _HaloGate.apply(owned, self, layer)
 
-    def halo_sum(self, layer, owned, split, scale):
-        return _HaloSumFunction.apply(owned, self, layer, split, scale)
+    def halo_sum(self, layer, owned, split, scale, mask=None):
+        return _HaloSumFunction.apply(owned, self, layer, split, scale, mask)
 
     def _start_rows(self, layer, owned):
         self.events.append(("pull sent", layer))
 
-    def _summed(self, layer, owned, split, scale):
+    def _summed(self, layer, owned, split, scale, mask):
         self.events.append(("rows used", layer))
-        return split.sum_rows(self.rows[layer], scale)
+        if mask is None:
+            return split.sum_rows(self.rows[layer], scale)
+        return split.dropped_sums(self.rows[layer], scale, mask)[0]
 
     def pushes_halo_grad(self):
         return True
 
     def takes_rows_apart(self):
         return True
-
-    def halo_rows(self, layer, owned, split=None, scale=None):
-        return _HaloRowsFunction.apply(owned, self, layer, split, scale)
-
-    def _keeps_sync_sums(self, layer):  # an exact run: no stale step to keep sums for
-        return False
-
-    def _resolve(self, layer, owned):
-        self.events.append(("rows used", layer))
-        return types.SimpleNamespace(rows=self.rows[layer].numpy())
 
     def _send_grad(self, layer, grad_halo):
         self.events.append(("gradients pushed", layer))
