@@ -15,7 +15,7 @@ SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
 SYNC_HALO = ("inputs", "summed", "rows")
-SYNC_HALO_DEFAULT = "summed"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
+SYNC_HALO_DEFAULT = "inputs"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
 TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 QUANTIZE_BITS = (0, 4, 8)
 TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
@@ -104,12 +104,13 @@ class SNIConfig:
                                             "train's default: summed for GCN and SAGE in memory, rows otherwise",
                                     choices=STALE_HALO, sweep=True)
     sync_halo: str | None = option(None, "how the sync epochs of a run whose stale epochs take summed halo rows "
-                                         "take theirs: summed (every layer sums its fresh halo rows, without "
-                                         "dropout on them; the stale epochs after it update those sums instead "
-                                         "of summing the served rows anew; the default there), inputs (only the "
-                                         "input features' halo rows are summed, as on stale epochs; the layers "
-                                         "above take fresh rows with their dropout) or rows (every halo row "
-                                         "with its dropout, as interval 1)",
+                                         "take theirs: inputs (only the input features' halo rows are summed, "
+                                         "as on stale epochs; the layers above take fresh rows with their "
+                                         "dropout; the default there), summed (every layer sums its fresh halo "
+                                         "rows, without dropout on them) or rows (every halo row with its "
+                                         "dropout, as interval 1). Whichever, the stale epochs after a sync "
+                                         "reuse the undropped sums of the rows it pulled instead of summing "
+                                         "the served rows anew",
                                    choices=SYNC_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)

@@ -83,9 +83,11 @@ class TrainConfig:
     def sync_sums(self) -> str:
         """How the sync training steps take their halo rows: ``rows`` (as interval 1) unless
         the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
-        where it is unset (``None``, the default) ``summed``: every layer sums its fresh halo
-        rows without dropout on them, and the stale steps after it reuse those sums (chosen
-        over seeds, see benchmarks/MEASUREMENTS.md, "Sums at the syncs too")."""
+        where it is unset (``None``, the default) ``inputs``: the input layer sums its halo
+        rows as the stale steps do, the layers above take their fresh rows with dropout, and
+        the stale steps after it reuse the undropped sums of those rows (chosen over seeds,
+        see benchmarks/MEASUREMENTS.md, "Syncs take the hidden layers' halo rows with their
+        dropout")."""
         if not self.stale_sums:
             return "rows"
         return self.sni.sync_halo or SYNC_HALO_DEFAULT

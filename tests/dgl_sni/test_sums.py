@@ -289,9 +289,9 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
     assert TrainConfig.from_dict(values).validate().stale_sums is expect
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
     # the sync steps of a summing run sum the halo input rows too, unless told not to
-    assert TrainConfig.from_dict(values).validate().sync_sums == ("summed" if expect else "rows")
+    assert TrainConfig.from_dict(values).validate().sync_sums == ("inputs" if expect else "rows")
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().sync_sums == "rows"
-    for how in ("rows", "inputs") if expect else ():
+    for how in ("rows", "summed") if expect else ():
         assert TrainConfig.from_dict(dict(values, sync_halo=how)).validate().sync_sums == how
 
 

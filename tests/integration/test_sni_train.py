@@ -29,7 +29,7 @@ RUNS = {
        for name, extra in (("rows", dict(stale_halo="rows", stale_grad="exchange")),
                            ("summed", dict(stale_halo="summed", stale_grad="exchange", sync_halo="rows")),
                            ("last", dict(stale_halo="summed", stale_grad="last", sync_halo="inputs")),
-                           ("sync-summed", dict(stale_halo="summed", stale_grad="last")))},
+                           ("sync-summed", dict(stale_halo="summed", stale_grad="last", sync_halo="summed")))},
 }
 
 
@@ -73,7 +73,7 @@ def test_stale_epochs_move_nothing_by_default_and_push_gradients_when_asked(runs
     ``--stale-grad exchange`` pushes them."""
     (metrics, _), (epochs, halo) = runs["defaults"], _epochs(runs, "defaults")
     assert {k: metrics["in_effect"][k] for k in ("quantize", "smooth", "stale_halo", "sync_halo")} == \
-        dict(quantize=8, smooth=0.75, stale_halo="summed", sync_halo="summed")
+        dict(quantize=8, smooth=0.75, stale_halo="summed", sync_halo="inputs")
     assert (metrics["config"]["predictor"], metrics["config"]["stale_grad"]) == ("cache", "last")
     assert all(e.get("predicted_rows", 0) == 0 for e in epochs)
     assert [e.get("summed_rows", 0) for e in epochs] == [2 * halo] * 3 + [0] * 3 + [2 * halo] + [0] * 3
