@@ -387,7 +387,7 @@ class KVHaloExchange:
 
     def _kept_version(self, layer: int) -> int | None:
         """On a stale training step that sums halo rows: the version of the rows the cache
-        serves now where their sum is kept (updated at the last sync, ``--sync-halo summed``),
+        serves now where their sum is kept (updated at the last sync),
         so the rows are not needed; ``None`` otherwise."""
         if self.mode != "stale" or not self.sums_halo():
             return None

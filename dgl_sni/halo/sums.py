@@ -120,8 +120,8 @@ class KeptSums:
     rows they sum (:attr:`~dgl_sni.halo.resolver.Resolved.version`).
 
     A stale step's sum is kept until the served rows change. A training sync step sums
-    its fresh rows (to train on with ``--sync-halo summed``; with ``inputs`` and ``rows``,
-    undropped, for this only) and updates the kept sum as the resolver says the served
+    its fresh rows undropped (with ``--sync-halo summed`` it trains on that sum; with
+    ``inputs`` and ``rows`` it trains on them dropped, summed in the same pass) and updates the kept sum as the resolver says the served
     rows follow (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing
     averages the fresh rows into the cache), so the stale steps after it sum nothing; where
     the kept sum is not of the version before, it is dropped and the next stale step sums
