@@ -396,6 +396,9 @@ class KVHaloExchange:
 
     def _summed(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale,
                 mask: KeyedMask | None) -> torch.Tensor:
+        """:meth:`halo_sum`'s forward: the kept or new sum of the served rows on a step that
+        :meth:`sums_halo`; else the sum of this step's rows dropped by ``mask``, with their
+        undropped sum from the same pass kept where the stale steps reuse it."""
         if self.sums_halo():
             if mask is not None:
                 raise ValueError("a step that sums halo rows takes them undropped")
@@ -410,12 +413,13 @@ class KVHaloExchange:
                 self._keep_sum(layer, resolved, scale, total)
             return total
         resolved = self._resolve(layer, owned)
+        keep = self._keeps_sync_sums(layer)
         if mask is None:
             total = kept = self._rows_sum(resolved, split, scale)
         else:
             with torch.no_grad():
-                total, kept = split.dropped_sums(self._rows(resolved), scale, mask, plain=self._keeps_sync_sums(layer))
-        if self._keeps_sync_sums(layer):
+                total, kept = split.dropped_sums(self._rows(resolved), scale, mask, plain=keep)
+        if keep:
             self._keep_sum(layer, resolved, scale, kept)
         return total
 
