@@ -14,8 +14,9 @@ op otherwise; :func:`scaled_sum` also scales the source rows and the sums in tha
 halo sums' GCN norms), and drops the sums by a keyed dropout (:func:`dropped_sum`'s
 backward); :func:`dropped_sum` sums the source rows dropped by their keyed dropout, given as
 one word of keep bits per row, and also undropped where asked, reading each row once (a
-sync step's halo rows: trained on dropped, kept undropped for the stale steps). The compressed edges of each block are taken from DGL once
-(``adj_tensors``) and kept while the block lives. Used by :mod:`dgl_sni.models` and
+sync step's halo rows: trained on dropped, kept undropped for the stale steps). The
+compressed edges of each block are taken from DGL once (``adj_tensors``) and kept while the
+block lives. Used by :mod:`dgl_sni.models` and
 :mod:`dgl_sni.halo.sums`.
 """
 from __future__ import annotations

@@ -398,7 +398,8 @@ class KVHaloExchange:
                 mask: KeyedMask | None) -> torch.Tensor:
         """:meth:`halo_sum`'s forward: the kept or new sum of the served rows on a step that
         :meth:`sums_halo`; else the sum of this step's rows dropped by ``mask``, with their
-        undropped sum from the same pass kept where the stale steps reuse it."""
+        undropped sum from the same pass kept where the stale steps reuse it. Runs inside
+        the autograd node's forward, so no graph is recorded."""
         if self.sums_halo():
             if mask is not None:
                 raise ValueError("a step that sums halo rows takes them undropped")
@@ -409,16 +410,15 @@ class KVHaloExchange:
             resolved = self._resolve(layer, owned)
             total = self._sums.get(layer, resolved.version, scale)
             if total is None:
-                total = self._rows_sum(resolved, split, scale)
+                total = split.sum_rows(self._rows(resolved), scale)
                 self._keep_sum(layer, resolved, scale, total)
             return total
         resolved = self._resolve(layer, owned)
-        keep = self._keeps_sync_sums(layer)
+        rows, keep = self._rows(resolved), self._keeps_sync_sums(layer)
         if mask is None:
-            total = kept = self._rows_sum(resolved, split, scale)
+            total = kept = split.sum_rows(rows, scale)
         else:
-            with torch.no_grad():
-                total, kept = split.dropped_sums(self._rows(resolved), scale, mask, plain=keep)
+            total, kept = split.dropped_sums(rows, scale, mask, plain=keep)
         if keep:
             self._keep_sum(layer, resolved, scale, kept)
         return total
@@ -426,10 +426,6 @@ class KVHaloExchange:
     @staticmethod
     def _rows(resolved: Resolved) -> torch.Tensor:
         return torch.from_numpy(np.ascontiguousarray(resolved.rows))
-
-    def _rows_sum(self, resolved: Resolved, split: HaloSplit, scale) -> torch.Tensor:
-        with torch.no_grad():
-            return split.sum_rows(self._rows(resolved), scale)
 
     def _keep_sum(self, layer: int, resolved: Resolved, scale, total: torch.Tensor) -> None:
         """``total`` is the sum of ``resolved``'s rows undropped: keep it, or the kept sum it

@@ -121,9 +121,10 @@ class KeptSums:
 
     A stale step's sum is kept until the served rows change. A training sync step sums
     its fresh rows undropped (with ``--sync-halo summed`` it trains on that sum; with
-    ``inputs`` and ``rows`` it trains on them dropped, summed in the same pass) and updates the kept sum as the resolver says the served
-    rows follow (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing
-    averages the fresh rows into the cache), so the stale steps after it sum nothing; where
+    ``inputs`` and ``rows`` it trains on them dropped, summed in the same pass) and updates
+    the kept sum as the resolver says the served rows follow
+    (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing averages the fresh rows
+    into the cache), so the stale steps after it sum nothing; where
     the kept sum is not of the version before, it is dropped and the next stale step sums
     anew. Owned by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """

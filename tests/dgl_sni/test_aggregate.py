@@ -121,7 +121,7 @@ def _mask(n, seed, p=0.5):
 @pytest.mark.parametrize("d", [8, 16, 5])
 @pytest.mark.parametrize("scaled", [True, False])
 @pytest.mark.parametrize("p", [0.5, 0.1])
-def test_a_dropped_sum_is_the_bits_of_dropping_the_rows_then_summing(d, scaled, p):
+def test_a_dropped_sum_is_the_bits_of_dropping_the_rows_then_summing(d, scaled, p, monkeypatch):
     """A sync step's halo rows are summed dropped (to train on) and undropped (kept for the
     stale steps) in one pass that reads their keep bits: the values of keyed dropout and
     then ``scaled_sum``, to the bit, and its backward those of ``scaled_sum`` over the
@@ -131,7 +131,11 @@ def test_a_dropped_sum_is_the_bits_of_dropping_the_rows_then_summing(d, scaled, 
     x = torch.randn(700, d, generator=gen)
     s = torch.rand(700, 1, generator=gen) if scaled else None
     mask = _mask(700, d, p)
+    passes = []  # the one-pass kernel, where it applies (else the comparison would be of the same ops)
+    kernel = _ops.row_dropped_sum_into
+    monkeypatch.setattr(_ops, "row_dropped_sum_into", lambda *a, **k: passes.append(1) or kernel(*a, **k))
     dropped, plain = dropped_sum(g, x, mask, s, plain=True)
+    assert len(passes) == (d in (8, 16))
     assert torch.equal(dropped, scaled_sum(g, mask.apply(x), s))
     assert torch.equal(plain, scaled_sum(g, x, s))
     alone, none = dropped_sum(g, x, mask, s)
