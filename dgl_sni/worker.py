@@ -96,7 +96,7 @@ class WorkerSession:
         self.g = dgl.distributed.DistGraph(graph_name, part_config=ns.part_config)
         orig_path = os.path.join(os.path.dirname(os.path.abspath(ns.part_config)), "orig_nids.npy")
         self.orig_nids = np.load(orig_path, mmap_mode="r") if os.path.exists(orig_path) else None
-        self._views, self._tensors = {}, {}
+        self._views, self._tensors, self._read = {}, {}, {}
 
     def view(self, model: str):
         """(view, owned, halo) for ``model``'s block shape (self loops or not), built once."""
@@ -104,6 +104,20 @@ class WorkerSession:
         if key not in self._views:
             self._views[key] = build_local_view(self.g, model, self.counters, self.orig_nids)
         return self._views[key]
+
+    def rows_peers_read(self, model: str) -> np.ndarray:
+        """Positions (block order) of the owned rows of ``model``'s view that other trainers
+        read: the rows in their halo sets, found once per view with one gather of every
+        trainer's halo ids. Where they are few a publish writes only these (on a well-cut
+        graph most owned rows are read by no one: 94% on CiteSeer's 4 METIS parts)."""
+        key = model in MODELS_WITH_SELF_LOOPS
+        if key not in self._read:
+            _, owned, halo = self.view(model)
+            every = self.collective.all_gather_object(halo.numpy().astype(np.int64))
+            others = [ids for rank, ids in enumerate(every) if rank != self.rank]
+            read = np.unique(np.concatenate(others)) if others else np.empty(0, dtype=np.int64)
+            self._read[key] = np.flatnonzero(np.isin(owned.numpy(), read))
+        return self._read[key]
 
     def tensors(self, dims: list, tier_root: str | None = None, quantize: int = 0,
                 pipeline: bool = False) -> LayerTensors:
@@ -139,7 +153,8 @@ class WorkerSession:
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
                                   sni, agent, edge_counts, seed=m.seed,
                                   pipeline_from=cfg.sni.warmup if pipelined else None,
-                                  sum_stale=cfg.stale_sums, sync_sums=cfg.sync_sums)
+                                  sum_stale=cfg.stale_sums, sync_sums=cfg.sync_sums,
+                                  published=self.rows_peers_read(cfg.model.model))
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -157,6 +172,7 @@ class WorkerSession:
             raise
         exchange.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
+                     owned_read_by_peers=int(len(self.rows_peers_read(cfg.model.model))),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)
         gate = EpochGate(cfg.output.epoch_gate, collective) if cfg.output.epoch_gate else None

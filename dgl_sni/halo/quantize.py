@@ -22,6 +22,7 @@ and adds them up in float64.
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from .. import _ops
@@ -57,17 +58,35 @@ def row_seed(seed: int, step: int, layer: int, rank: int, direction: int) -> int
     return ((((seed * 1_000_003 + step) * 1009 + layer) * 4099 + rank) * 3 + direction) % (2 ** 63)
 
 
-def encode(x: torch.Tensor, bits: int, generator: torch.Generator) -> torch.Tensor:
+def encode(x: torch.Tensor, bits: int, generator: torch.Generator,
+           rows: np.ndarray | None = None) -> torch.Tensor:
     """Rows ``x`` (float, ``[n, d]``) as ``uint8 [n, packed_width(d, bits)]`` (one pass per
-    row in ``dgl_sni._ops``)."""
-    x = x.detach().to(torch.float32).contiguous()
+    row in ``dgl_sni._ops``). ``rows`` (sorted indices into ``x``): encode only those rows,
+    as ``[len(rows), width]``, each with the uniforms it has in the encode of all ``n`` rows,
+    so its bytes are the ones the full encode gives it."""
+    x = x.detach().to(torch.float32)
     n, d = x.shape
-    out = torch.empty((n, packed_width(d, bits)), dtype=torch.uint8)
-    rows = max(1, _DITHER_SIZE // d)  # per window of the table: more values take more windows
-    for a in range(0, n, rows):
-        b = min(n, a + rows)
+    if rows is not None:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) <= 0)):
+            raise ValueError(f"rows to encode must be sorted distinct indices below {n}")
+    out = torch.empty((n if rows is None else rows.size, packed_width(d, bits)), dtype=torch.uint8)
+    per = max(1, _DITHER_SIZE // d)  # rows per window of the table: more values take more windows
+    done = 0
+    for a in range(0, n, per):
+        b = min(n, a + per)
         dither = _dither_for((b - a) * d, generator)
-        _ops.encode_rows_into(x[a:b].numpy(), dither.numpy(), out[a:b].numpy(), bits)
+        if rows is None:
+            _ops.encode_rows_into(x[a:b].contiguous().numpy(), dither.numpy(), out[a:b].numpy(), bits)
+            continue
+        lo, hi = np.searchsorted(rows, (a, b))
+        if hi == lo:
+            continue
+        take = torch.from_numpy(rows[lo:hi])
+        _ops.encode_rows_into(x.index_select(0, take).numpy(),
+                              dither.view(b - a, d).index_select(0, take - a).numpy(),
+                              out[done: done + hi - lo].numpy(), bits)
+        done += hi - lo
     return out
 
 

@@ -69,6 +69,23 @@ def test_an_encode_larger_than_the_dither_table_takes_one_window_per_table(monke
 
 
 @pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("table", [None, 64])  # the real table; one of 4 rows of 16 per window
+def test_chosen_rows_are_encoded_as_in_the_encode_of_every_row(monkeypatch, bits, table):
+    import dgl_sni.halo.quantize as quantize
+    if table:
+        monkeypatch.setattr(quantize, "_DITHER_SIZE", table)
+        monkeypatch.setattr(quantize, "_dither", torch.rand(table, generator=_gen(1)))
+    x = torch.randn(50, 16)
+    every = encode(x, bits, _gen(5))
+    for rows in (np.array([0, 3, 4, 5, 17, 49]), np.arange(50), np.array([], dtype=np.int64)):
+        chosen = encode(x, bits, _gen(5), rows=rows)
+        assert torch.equal(chosen, every[torch.from_numpy(rows)])
+    for bad in (np.array([3, 3]), np.array([5, 2]), np.array([50]), np.array([-1, 2])):
+        with pytest.raises(ValueError, match="sorted distinct indices below 50"):
+            encode(x, bits, _gen(5), rows=bad)
+
+
+@pytest.mark.parametrize("bits", BITS)
 def test_push_handler_decodes_and_adds_in_float64(bits):
     store = {"g": torch.zeros((5, 16), dtype=torch.float64)}
     x = torch.randn(2, 16)
