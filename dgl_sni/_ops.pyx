@@ -50,7 +50,7 @@ cdef extern from "csrc/row_accumulate.hpp" namespace "sni":
 
 cdef extern from "csrc/row_codec.hpp" namespace "sni":
     void encode_rows(const float* x, int64_t n, int64_t d, int bits, const float* dither,
-                     uint8_t* out, int64_t width) nogil
+                     uint8_t* out, int64_t width, const int64_t* rows) nogil
     void decode_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width, float* out) nogil
     void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
                          const int64_t* offsets, double* target) nogil
@@ -79,20 +79,42 @@ def _check_codec(packed, n, d, int bits):
         raise ValueError(f"encoded rows {tuple(packed.shape)} do not hold {n} rows of {d} values at {bits} bits")
 
 
-def encode_rows_into(x, dither, out, int bits):
+cdef bint _sorted_below(const int64_t* rows, int64_t count, int64_t n) noexcept nogil:
+    """Whether ``rows`` are strictly increasing indices in ``0..n-1``."""
+    cdef int64_t k
+    for k in range(count):
+        if rows[k] < 0 or rows[k] >= n or (k > 0 and rows[k] <= rows[k - 1]):
+            return False
+    return True
+
+
+def encode_rows_into(x, dither, out, int bits, rows=None):
     """Encode float32 rows ``x [n, d]`` into ``out`` (uint8 ``[n, packed width]``) with the
-    uniforms ``dither`` (float32, ``n * d``); see csrc/row_codec.hpp."""
+    uniforms ``dither`` (float32, ``n * d``); see csrc/row_codec.hpp. ``rows`` (int64, sorted
+    distinct indices below ``n``): encode only those rows, into ``out [len(rows), width]``,
+    each with the uniforms of its place in ``x``."""
     _matrix(x, np.float32, "rows")
     _c_array(dither, np.float32, "dither")
     _c_array(out, np.uint8, "out")
-    cdef int64_t n = x.shape[0], d = x.shape[1]
-    _check_codec(out, n, d, bits)
+    cdef int64_t n = x.shape[0], d = x.shape[1], count = n
+    cdef const int64_t* chosen = NULL
+    cdef cnp.ndarray ra
+    if rows is not None:
+        _c_array(rows, np.int64, "rows to encode")
+        if rows.ndim != 1:
+            raise ValueError(f"rows to encode must be 1-d, got shape {rows.shape}")
+        ra = rows
+        count = rows.shape[0]
+        chosen = <const int64_t*>cnp.PyArray_DATA(ra)
+        if not _sorted_below(chosen, count, n):
+            raise ValueError(f"rows to encode must be sorted distinct indices below {n}")
+    _check_codec(out, count, d, bits)
     if dither.size < n * d:
         raise ValueError(f"need {n * d} uniforms, got {dither.size}")
     cdef cnp.ndarray xa = x, ua = dither, oa = out
     with nogil:
-        encode_rows(<const float*>cnp.PyArray_DATA(xa), n, d, bits, <const float*>cnp.PyArray_DATA(ua),
-                    <uint8_t*>cnp.PyArray_DATA(oa), (d * bits + 7) // 8 + 8)
+        encode_rows(<const float*>cnp.PyArray_DATA(xa), count, d, bits, <const float*>cnp.PyArray_DATA(ua),
+                    <uint8_t*>cnp.PyArray_DATA(oa), (d * bits + 7) // 8 + 8, chosen)
     return out
 
 

@@ -115,14 +115,17 @@ inline bool encode_row_lanes(const float* xr, int bits, const float* ur, uint8_t
 }
 #endif
 
-// out: rows of `width` bytes, codes first, then lo and s; dither: n * d uniforms, row-major.
+// out: rows of `width` bytes, codes first, then lo and s; dither: uniforms, row-major, d per
+// row of x. rows (n sorted indices into x; nullptr: 0..n-1): out row k is x's row rows[k],
+// encoded with that row's uniforms, so its bytes are those an encode of every row gives it.
 inline void encode_rows(const float* x, int64_t n, int64_t d, int bits, const float* dither,
-                        uint8_t* out, int64_t width) {
+                        uint8_t* out, int64_t width, const int64_t* rows = nullptr) {
     const int64_t header = width - 8;
-    for (int64_t r = 0; r < n; ++r) {
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t r = rows ? rows[k] : k;
         const float* xr = x + r * d;
         const float* ur = dither + r * d;
-        uint8_t* o = out + r * width;
+        uint8_t* o = out + k * width;
 #if defined(__SSE2__)
         if (d == 16 && encode_row_lanes<16>(xr, bits, ur, o, header)) continue;
         if (d == 8 && encode_row_lanes<8>(xr, bits, ur, o, header)) continue;

@@ -104,6 +104,12 @@ def test_the_codec_names_a_bad_input():
         _ops.encode_rows_into(x, np.zeros(10, np.float32), np.zeros((4, 24), np.uint8), 8)
     with pytest.raises(TypeError, match="rows must be float32"):
         _ops.encode_rows_into(x.astype(np.float64), np.zeros(64, np.float32), np.zeros((4, 24), np.uint8), 8)
+    with pytest.raises(ValueError, match="rows to encode must be 1-d"):
+        _ops.encode_rows_into(x, np.zeros(64, np.float32), np.zeros((1, 24), np.uint8), 8, rows=np.zeros((1, 1), np.int64))
+    with pytest.raises(TypeError, match="rows to encode must be int64"):
+        _ops.encode_rows_into(x, np.zeros(64, np.float32), np.zeros((1, 24), np.uint8), 8, rows=np.zeros(1, np.int32))
+    with pytest.raises(ValueError, match="do not hold 2 rows"):
+        _ops.encode_rows_into(x, np.zeros(64, np.float32), np.zeros((1, 24), np.uint8), 8, rows=np.array([0, 1]))
     with pytest.raises(IndexError, match=r"offsets must lie in \[0, 5\)"):
         _ops.accumulate_rows_into(np.zeros((1, 24), np.uint8), np.array([5]), np.zeros((5, 16)), 8)
     with pytest.raises(TypeError, match="contiguous float64 shard"):
