@@ -157,6 +157,7 @@ class KVHaloExchange:
             for layer, dim in enumerate(tensors.dims, start=1)}
         self.step, self.mode, self.training = 0, "sync", True
         self._predictor_s = 0.0
+        self._agent_calls = -1  # the tables' agent operations at the last stats (-1: never asked)
         if tensors.pipeline:  # an earlier run of a sweep may have ended on unread pushes
             for step in (0, 1):
                 for grad in tensors.for_step(step)[1].values():
@@ -252,11 +253,15 @@ class KVHaloExchange:
             self.schedule.observe(step, mode, loss)
 
     def end_epoch(self) -> dict:
-        """Agent time spent in predictors since the last call (waits for queued work)."""
+        """Agent time spent in predictors since the last call (waits for queued work; asked
+        only when the tables sent the agent something since)."""
         if self.agent is None:
             return {}
-        total = self.agent.stats()["predictor_s"]
-        delta, self._predictor_s = total - self._predictor_s, total
+        calls = sum(r.table.agent_calls for r in self.resolvers.values() if r.table is not None)
+        delta = 0.0
+        if calls != self._agent_calls:
+            total = self.agent.stats()["predictor_s"]
+            delta, self._predictor_s, self._agent_calls = total - self._predictor_s, total, calls
         out = dict(predictor_s=delta)
         if isinstance(self.schedule, DriftSchedule):
             out["weight_drift"] = self.schedule.last_drift

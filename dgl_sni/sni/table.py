@@ -7,6 +7,12 @@ ones when those are known. Owned by a :class:`~dgl_sni.halo.resolver.HaloResolve
 per hidden layer of the full-graph exchange, one per managed tensor of the stock-script
 switch).
 
+A ``cache`` table hands the agent a sync's rows only when the agent is next asked for rows
+(the cache serves the last synced rows, so only the last observation matters): with summed
+halo rows (the defaults) the stale steps reuse the sums kept at the sync and never ask, and
+the sync steps then send the agent nothing. Other kinds keep a history of every sync and get
+each observation at once.
+
 The agent may die or stall (``dpu_agent.supervisor``): then a stale step gets the rows of
 the last sync (the cache, weight 0), observations only update the trainer's copy, and at
 the next sync, once an agent is back (a new generation), the table is created again there
@@ -36,9 +42,12 @@ class HaloTable:
         self.num_rows = int(self.ids.size)
         self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
         self.observations = 0  # observe calls so far: the cache's rows change only there
+        self.agent_calls = 0  # operations sent to the agent (the exchange asks for its stats only after some)
+        self._unsent = None  # cache kind: the step of the last observation, not yet sent to the agent
         self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
         self._params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
         self._generation = agent.generation  # the agent generation that holds this table
+        self.agent_calls += 1
         try:
             agent.add_table(table_id, self.num_rows, dim, self.sampled, self._kind, **self._params)
         except AgentLost:  # logged once by the supervisor; created at the first sync once an agent is back
@@ -60,7 +69,11 @@ class HaloTable:
     def prefetch(self, step: int, preview: bool = False) -> None:
         """Let the agent start computing the rows of ``step`` (returns at once); ``preview``:
         what it would serve there, without advancing its state (a sync step's :meth:`preview`)."""
-        if self.num_rows and self._agent_holds_table:
+        if not self.num_rows:
+            return
+        self._send_unsent()
+        if self._agent_holds_table:
+            self.agent_calls += 1
             try:
                 self.agent.request(self.table_id, step, preview)
             except AgentLost:
@@ -71,7 +84,9 @@ class HaloTable:
         rows of the last sync when the agent is gone."""
         if not self.num_rows:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
+        self._send_unsent()
         if self._agent_holds_table:
+            self.agent_calls += 1
             try:
                 return self.agent.result(self.table_id, step, preview)
             except AgentLost:
@@ -86,17 +101,36 @@ class HaloTable:
                 handed: bool = False) -> None:
         """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``; re-seeds
         an agent that came back since the last sync. ``handed``: the caller will not change
-        ``rows`` (all of them) while the table holds them, so they are kept without a copy."""
+        ``rows`` (all of them) while the table holds them, so they are kept without a copy.
+        A ``cache`` table sends all rows when the agent is next asked for rows (see module
+        docstring)."""
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         self.observations += 1
         if row_ids is None:
             self.synced = rows if handed else rows.copy()
+            if self._kind == "cache" and self._agent_holds_table:  # a lost agent is revived now
+                self._unsent = step
+                return
         elif self.synced is not None:
             self.synced[row_ids] = rows
+        self._send_unsent()
+        self._send(step, rows, row_ids)
+
+    def _send_unsent(self) -> None:
+        """Hand the agent the observation a ``cache`` table kept back, if any (before the
+        agent is asked for anything)."""
+        if self._unsent is not None:
+            step, self._unsent = self._unsent, None
+            self._send(step, self.synced, None)
+
+    def _send(self, step: int, rows: np.ndarray, row_ids: np.ndarray | None) -> None:
+        """Send one observation to the agent; re-create the table on an agent that came back
+        (seeded with every synced row)."""
         if not self.agent.alive:
             self.agent.revive()
+        self.agent_calls += 1
         try:
             if self._agent_holds_table:
                 self.agent.observe(self.table_id, step, rows, row_ids)
@@ -110,7 +144,9 @@ class HaloTable:
 
     def drift(self, step: int) -> np.ndarray:
         """Predicted drift per row (adaptive policy); without an agent every row is due."""
+        self._send_unsent()
         if self._agent_holds_table:
+            self.agent_calls += 1
             try:
                 return self.agent.drift(self.table_id, step)
             except AgentLost:

@@ -276,3 +276,89 @@ def test_agent_lost_at_table_creation_falls_back_and_reseeds_at_revival(caplog):
     finally:
         agent.close()
         reference.close()
+
+
+class _Recording(InlineAgentClient):
+    """An inline agent that records the operations it is sent."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops = []
+
+    def observe(self, table, step, rows, row_ids=None):
+        self.ops.append(("observe", step))
+        super().observe(table, step, rows, row_ids)
+
+    def request(self, table, step, preview=False):
+        self.ops.append(("request", step))
+        super().request(table, step, preview)
+
+    def result(self, table, step, preview=False):
+        self.ops.append(("result", step))
+        return super().result(table, step, preview)
+
+
+def test_a_cache_table_sends_a_sync_only_when_rows_are_asked_for():
+    from dgl_sni.metrics import Counters
+    from dgl_sni.sni.table import HaloTable
+
+    cfg = SNIConfig(predictor="cache", sampling_ratio=0.5)
+    ids, counts = np.arange(40), np.arange(40) % 5 + 1
+    agent = _Recording()
+    try:
+        table = HaloTable(3, ids, 8, counts, cfg, agent, Counters())
+        for t in (0, 2, 4):  # syncs with no stale step between: nothing reaches the agent
+            table.observe(t, _trajectory(t))
+        assert agent.ops == [] and table.observations == 3
+        table.prefetch(5)  # a stale step: the last sync goes first, then the request
+        rows, weight = table.served(5)
+        assert agent.ops[:3] == [("observe", 4), ("request", 5), ("result", 5)]
+        assert np.array_equal(rows, _trajectory(4)) and not weight.any()
+        calls = table.agent_calls
+        table.observe(6, _trajectory(6))
+        assert table.agent_calls == calls  # kept back again
+        rows, _ = table.served(7)
+        assert np.array_equal(rows, _trajectory(6))
+        assert [op for op in agent.ops if op[0] != "request"][-2:] == [("observe", 6), ("result", 7)]
+    finally:
+        agent.close()
+
+
+def test_a_trend_table_sends_every_sync_at_once():
+    from dgl_sni.metrics import Counters
+    from dgl_sni.sni.table import HaloTable
+
+    agent = _Recording()
+    try:
+        table = HaloTable(3, np.arange(40), 8, np.arange(40) % 5 + 1,
+                          SNIConfig(predictor="linear-trend", sampling_ratio=0.5), agent, Counters())
+        for t in (0, 2, 4):
+            table.observe(t, _trajectory(t))
+        assert agent.ops == [("observe", 0), ("observe", 2), ("observe", 4)]
+    finally:
+        agent.close()
+
+
+def test_a_cache_table_revives_a_lost_agent_at_the_sync():
+    from dgl_sni.metrics import Counters
+    from dgl_sni.sni.table import HaloTable
+    from dpu_agent.supervisor import SupervisedAgent
+
+    clients = [_LostAtAddTable(), InlineAgentClient()]
+    started = []
+
+    def start():
+        started.append(clients[len(started)])
+        return started[-1]
+
+    agent = SupervisedAgent(start)
+    try:
+        table = HaloTable(3, np.arange(40), 8, np.arange(40) % 5 + 1, SNIConfig(predictor="cache"), agent,
+                          Counters())
+        assert not agent.alive
+        table.observe(0, _trajectory(0))  # not kept back: the sync brings the agent back and seeds it
+        assert agent.alive and agent.generation == 1 and len(started) == 2
+        rows, weight = table.served(1)
+        assert np.array_equal(rows, _trajectory(0)) and not weight.any()
+    finally:
+        agent.close()
