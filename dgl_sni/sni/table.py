@@ -8,7 +8,8 @@ per hidden layer of the full-graph exchange, one per managed tensor of the stock
 switch).
 
 A ``cache`` table hands the agent a sync's rows only when the agent is next asked for rows
-(the cache serves the last synced rows, so only the last observation matters): with summed
+(the cache serves the last synced rows, so only the last observation matters; not under the
+adaptive policy, whose drift is estimated over the observations): with summed
 halo rows (the defaults) the stale steps reuse the sums kept at the sync and never ask, and
 the sync steps then send the agent nothing. Other kinds keep a history of every sync and get
 each observation at once.
@@ -43,8 +44,11 @@ class HaloTable:
         self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
         self.observations = 0  # observe calls so far: the cache's rows change only there
         self.agent_calls = 0  # operations sent to the agent (the exchange asks for its stats only after some)
-        self._unsent = None  # cache kind: the step of the last observation, not yet sent to the agent
+        self._unsent = None  # the step of the last observation, kept back (see _last_only)
         self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
+        # only the last observation matters to the agent: a cache serves it, and no drift is asked
+        # for (the adaptive policy's drift is a speed estimated over the observations)
+        self._last_only = self._kind == "cache" and cfg.sync_policy != "adaptive"
         self._params = dict(window=cfg.window, beta=cfg.beta, lam=cfg.lam)
         self._generation = agent.generation  # the agent generation that holds this table
         self.agent_calls += 1
@@ -102,15 +106,15 @@ class HaloTable:
         """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``; re-seeds
         an agent that came back since the last sync. ``handed``: the caller will not change
         ``rows`` (all of them) while the table holds them, so they are kept without a copy.
-        A ``cache`` table sends all rows when the agent is next asked for rows (see module
-        docstring)."""
+        A ``cache`` table (not under the adaptive policy) sends all rows when the agent is next
+        asked for rows (see module docstring)."""
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         self.observations += 1
         if row_ids is None:
             self.synced = rows if handed else rows.copy()
-            if self._kind == "cache" and self._agent_holds_table:  # a lost agent is revived now
+            if self._last_only and self._agent_holds_table:  # a lost agent is revived now
                 self._unsent = step
                 return
         elif self.synced is not None:
@@ -119,8 +123,8 @@ class HaloTable:
         self._send(step, rows, row_ids)
 
     def _send_unsent(self) -> None:
-        """Hand the agent the observation a ``cache`` table kept back, if any (before the
-        agent is asked for anything)."""
+        """Hand the agent the observation kept back, if any (before the agent is asked for
+        anything)."""
         if self._unsent is not None:
             step, self._unsent = self._unsent, None
             self._send(step, self.synced, None)

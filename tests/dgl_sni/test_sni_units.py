@@ -324,14 +324,17 @@ def test_a_cache_table_sends_a_sync_only_when_rows_are_asked_for():
         agent.close()
 
 
-def test_a_trend_table_sends_every_sync_at_once():
+@pytest.mark.parametrize("cfg", [dict(predictor="linear-trend"), dict(predictor="cache", sync_policy="adaptive")])
+def test_a_table_whose_history_is_read_sends_every_sync_at_once(cfg):
+    """A trend predictor fits every sync, and the adaptive policy's drift is a speed over the
+    observations (also a cache's): neither may lose one."""
     from dgl_sni.metrics import Counters
     from dgl_sni.sni.table import HaloTable
 
     agent = _Recording()
     try:
         table = HaloTable(3, np.arange(40), 8, np.arange(40) % 5 + 1,
-                          SNIConfig(predictor="linear-trend", sampling_ratio=0.5), agent, Counters())
+                          SNIConfig(sampling_ratio=0.5, **cfg), agent, Counters())
         for t in (0, 2, 4):
             table.observe(t, _trajectory(t))
         assert agent.ops == [("observe", 0), ("observe", 2), ("observe", 4)]
