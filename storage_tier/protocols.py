@@ -53,6 +53,10 @@ class HaloExchange(Protocol):
       exchanges exactly, so an agent's empty tables are seeded first);
     * ``complete_step()`` receives what the last step left on the wire (pipelined steps;
       the next ``begin_step`` does it otherwise), so its time is charged to that step;
+    * ``step_flags()`` are the values this worker adds to the all-reduce that ends each
+      training step (beside its loss); the trainer hands their sums over workers to
+      ``summed_flags(totals)``, so every worker decides the next step's mode from the same
+      numbers without a collective of its own (none: ``()``);
     * ``end_epoch()`` returns the epoch's extra metrics; ``close(complete)`` releases what
       it holds (``complete=False`` after an error: it waits for nothing).
     """
@@ -71,6 +75,10 @@ class HaloExchange(Protocol):
 
     def complete_step(self) -> None: ...
 
+    def step_flags(self) -> tuple: ...
+
+    def summed_flags(self, totals: tuple) -> None: ...
+
     def end_epoch(self) -> dict: ...
 
     def close(self, complete: bool = True) -> None: ...
@@ -80,7 +88,8 @@ class NoExchange:
     """The single-process exchange: a worker that owns every row has no halo.
 
     The in-memory model's source rows are its owned rows unchanged; the tier engine
-    gets empty halo rows and no gradient from elsewhere.
+    gets empty halo rows and no gradient from elsewhere. An exchange of one's own may
+    derive from it and override what it moves (the rest stays a no-op).
     """
 
     def __init__(self, num_owned: int = 0):
@@ -103,6 +112,12 @@ class NoExchange:
         pass
 
     def complete_step(self) -> None:
+        pass
+
+    def step_flags(self) -> tuple:
+        return ()
+
+    def summed_flags(self, totals: tuple) -> None:
         pass
 
     def end_epoch(self) -> dict:

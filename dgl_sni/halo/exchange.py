@@ -158,6 +158,7 @@ class KVHaloExchange:
         self.step, self.mode, self.training = 0, "sync", True
         self._predictor_s = 0.0
         self._agent_calls = -1  # the tables' agent operations at the last stats (-1: never asked)
+        self._agents_lost = False  # some trainer's agent was gone at the end of the last training step
         if tensors.pipeline:  # an earlier run of a sweep may have ended on unread pushes
             for step in (0, 1):
                 for grad in tensors.for_step(step)[1].values():
@@ -189,8 +190,8 @@ class KVHaloExchange:
         self.mode = self.schedule.mode(step) if self.schedule is not None else "sync"
         if self.mode == "stale" and not training and not self.cfg.stale_eval:
             self.mode = "sync"  # exact evaluation: fresh rows (its traffic is eval_bytes)
-        if self.mode == "stale" and self._agents_lost():
-            self.mode = "sync"  # an agent is gone: every trainer syncs until it is back
+        if self.mode == "stale" and self._agents_lost:
+            self.mode = "sync"  # an agent was gone at the last step's end: every trainer syncs until it is back
         if self.mode == "stale":
             for layer, resolver in self.resolvers.items():
                 if self._kept_version(layer) is None:  # the rows are needed: let the agent start on them
@@ -200,11 +201,22 @@ class KVHaloExchange:
                 resolver.prefetch_preview(step, own_rows=True)
         return self.mode
 
-    def _agents_lost(self) -> bool:
-        """Whether any trainer's agent is gone (one float all-reduce: every trainer then
-        decides the same mode; a gather of Python objects cost 2.6% of a trainer's CPU)."""
-        lost = torch.tensor([0.0 if self.agent.alive else 1.0])
-        return bool(self.collective.all_reduce(lost).item() > 0)
+    def step_flags(self) -> tuple:
+        """What this trainer adds to the all-reduce that ends a training step: 1.0 where its
+        agent is gone (nothing without an agent). The sum tells every trainer the same thing,
+        so they decide the next steps' modes alike; a stale step's own all-reduce for it cost
+        Cora's stale epochs 3 of 26 ms (4 workers, 2 cores)."""
+        if self.agent is None:
+            return ()
+        return (0.0 if self.agent.alive else 1.0,)
+
+    def summed_flags(self, totals: tuple) -> None:
+        """The sums of :meth:`step_flags` over the trainers, at the end of a training step: a
+        stale step after it syncs instead where any agent was gone (an agent lost later, during
+        that step, is found when it is asked for rows: its trainer serves the rows of the last
+        sync, and the step after syncs)."""
+        if totals:
+            self._agents_lost = totals[0] > 0
 
     def complete_step(self) -> None:
         """Receive the rows the last pipelined step left on the wire and flush its pushes

@@ -17,6 +17,7 @@ from ..config import ModelConfig  # noqa: F401  (re-exported by dgl_sni.train)
 # what a checkpoint holds: 1 = epoch, model, optimizer; 2 adds the trainer's step counters
 # and the model settings (a format-1 file is still loaded: one step per epoch)
 CHECKPOINT_FORMAT = 2
+_COUNT_SPLIT = 1 << 12  # a correct count is all-reduced as count // this and count % this (float32 sums stay exact)
 _MODEL_KEYS = ("model", "layers", "hidden", "heads", "dropout", "lr", "weight_decay", "seed")
 
 
@@ -77,17 +78,31 @@ class TrainerBase:
     ``exchange``, ``global_counts``, ``step`` and ``epoch_step``.
     """
 
-    def _all_reduce_gradients(self) -> None:
-        """Sum weight gradients over workers (one flat all-reduce)."""
-        if self.collective.world_size == 1:
-            return
-        flat = torch.cat([p.grad.reshape(-1) for p in self.params])
-        self.collective.all_reduce(flat)
-        offset = 0
-        for p in self.params:
-            n = p.numel()
-            p.grad.copy_(flat[offset: offset + n].view_as(p))
-            offset += n
+    def _all_reduce_step(self, loss: float, correct: int) -> tuple[float, float]:
+        """Sum the weight gradients over workers, and with them the step's loss and correct
+        count and the exchange's :meth:`~storage_tier.protocols.HaloExchange.step_flags`,
+        in the one flat float32 all-reduce of every training step; the flags' sums go back
+        to the exchange (so a stale step needs no collective of its own to agree on its
+        mode). Returns the global loss and correct count. A separate float64 all-reduce of
+        the stats cost Cora's stale epochs 3 of 26 ms (4 workers, 2 cores). The count
+        travels as two parts below 2^24 each, so its sum is exact; the loss sums in float32."""
+        flags = tuple(self.exchange.step_flags())
+        high, low = divmod(int(correct), _COUNT_SPLIT)
+        tail = torch.tensor([loss, high, low, *flags], dtype=torch.float32)
+        if self.collective.world_size > 1:
+            grads = [p.grad.reshape(-1) for p in self.params]
+            flat = torch.cat(grads + [tail])
+            self.collective.all_reduce(flat)
+            offset = 0
+            for p in self.params:
+                n = p.numel()
+                p.grad.copy_(flat[offset: offset + n].view_as(p))
+                offset += n
+            tail = flat[offset:]
+        total = tail.tolist()
+        if flags:
+            self.exchange.summed_flags(tuple(total[3:]))
+        return total[0], total[1] * _COUNT_SPLIT + total[2]
 
     def _begin(self, step: int, training: bool) -> str:
         """Tell the exchange which step a forward pass belongs to; returns its mode."""

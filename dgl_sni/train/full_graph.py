@@ -79,16 +79,14 @@ class FullGraphTrainer(TrainerBase):
         loss = loss / self.global_counts[0].item()
         self.optimizer.zero_grad(set_to_none=False)
         loss.backward()
-        self._all_reduce_gradients()
+        with torch.no_grad():
+            correct = int((logits[mask].argmax(1) == self.view.labels[mask]).sum())
+        total_loss, total_correct = self._all_reduce_step(loss.item(), correct)
         self.optimizer.step()
         self.step += 1
-        with torch.no_grad():
-            correct = (logits[mask].argmax(1) == self.view.labels[mask]).sum()
-            stats = torch.tensor([loss.item(), float(correct)], dtype=torch.float64)
-            self.collective.all_reduce(stats)
         elapsed = time.perf_counter() - start
-        return dict(epoch=epoch, mode=mode, loss=stats[0].item(),
-                    train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
+        return dict(epoch=epoch, mode=mode, loss=total_loss,
+                    train_acc=total_correct / self.global_counts[0].item(), time_s=elapsed)
 
     # ------------------------------------------------------------------ evaluation
     @torch.no_grad()

@@ -130,17 +130,15 @@ class TierTrainer(TrainerBase):
             self.engine.forward(training=True)
             loss, correct = self.engine.backward(self.global_counts[0].item())
             self.io.wait()
-            self._all_reduce_gradients()
+            total_loss, total_correct = self._all_reduce_step(loss, int(correct))
             self.optimizer.step()
             self.step += 1
-            stats = torch.tensor([loss, float(correct)], dtype=torch.float64)
-            self.collective.all_reduce(stats)
         except BaseException:
             self.close()  # removes the run directory; checkpoints live elsewhere, untouched
             raise
         elapsed = time.perf_counter() - start
-        rec = dict(epoch=epoch, mode=mode, loss=stats[0].item(),
-                   train_acc=stats[1].item() / self.global_counts[0].item(), time_s=elapsed)
+        rec = dict(epoch=epoch, mode=mode, loss=total_loss,
+                   train_acc=total_correct / self.global_counts[0].item(), time_s=elapsed)
         rec.update(self.engine.metrics())
         return rec
 

@@ -172,9 +172,12 @@ def test_restarted_standalone_agent_is_reseeded(tmp_path, small_graph_npz, undis
         assert "agent 0: started" in out and f"replaced the stale pid file of pid {hit_pid}" in out, out
         assert "agent 1: already running" in out, out
         _check_survived(metrics, log, undisturbed)
-        # re-seeded at the next sync (the forced sync of epoch KILL_AT); it serves the stale epoch after it
-        assert [e["mode"] for e in metrics["epochs"]][KILL_AT:KILL_AT + 2] == ["sync", "stale"]
-        assert metrics["epochs"][KILL_AT + 1]["workers"][0]["predicted_rows"] > 0
+        # the trainers agreed on stale epoch KILL_AT at the end of the epoch before (the agent was alive):
+        # the trainer serves the rows of the last sync there; the epoch after is a forced sync, which
+        # re-seeds the new agent, and it serves the stale epoch after that
+        assert [e["mode"] for e in metrics["epochs"]][KILL_AT:KILL_AT + 3] == ["stale", "sync", "stale"]
+        assert metrics["epochs"][KILL_AT]["workers"][0]["predicted_rows"] == 0
+        assert metrics["epochs"][KILL_AT + 2]["workers"][0]["predicted_rows"] > 0
         assert _agent_pid(agent_dir, 0) != hit_pid
         for rank in (0, 1):  # the trainer ended its connection; the agents serve on
             assert (agent_dir / f"agent-{rank}.log").read_text().count("--- dgl-sni agent start") == 2 - rank

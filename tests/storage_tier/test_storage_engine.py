@@ -17,6 +17,7 @@ from dgl_sni.train import FullGraphTrainer, LocalView, ModelConfig, TierTrainer
 from benchmarks.tier_baselines import AutogradSpillTrainer
 from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
 from storage_tier.io import StorageError
+from storage_tier.protocols import NoExchange
 from storage_tier.subparts import SubpartitionPlan, rowspace_from_view
 
 from conftest import ROOT  # noqa: E402
@@ -64,6 +65,67 @@ def compare(data, cfg, epochs, tmp_path, **kw):
         for a, b in zip(ref.state().values(), tier.state().values()):
             assert (a - b).abs().max().item() <= TOL
         return ref, tier, recs
+
+
+class _FlagExchange(NoExchange):
+    """The single-process exchange, with flags for the step's all-reduce; records their sums."""
+
+    def __init__(self, flags):
+        super().__init__()
+        self.flags, self.heard = flags, []
+
+    def step_flags(self):
+        return self.flags
+
+    def summed_flags(self, totals):
+        self.heard.append(totals)
+
+
+class _TwinCollective(LocalCollective):
+    """Two identical workers: every all-reduce doubles its tensor; records dtype and size."""
+
+    world_size = 2
+
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def all_reduce(self, tensor):
+        self.calls.append((tensor.dtype, tensor.numel()))
+        return tensor.mul_(2)
+
+
+@pytest.mark.parametrize("flags", [(1.0, 0.5), ()])
+@pytest.mark.parametrize("tier", [False, True])
+def test_the_exchange_flags_ride_on_the_step_all_reduce(graph, tmp_path, tier, flags):
+    """A training step's one all-reduce carries the weight gradients, the loss, the correct
+    count (in two parts, exact past float32's 2^24) and the exchange's step_flags; the
+    exchange hears the flags' sums (no collective of its own), and the loss and accuracy
+    are those of the single process."""
+    cfg = ModelConfig(model="gcn", layers=2, hidden=8, dropout=0.0, seed=3)
+    ref = FullGraphTrainer(cfg, whole_graph_view(graph, "gcn"), graph.feat_dim, graph.num_classes)
+    want = ref.train_epoch(0)
+    collective, exchange = _TwinCollective(), _FlagExchange(flags)
+    view = whole_graph_view(graph, "gcn")
+    if tier:
+        trainer = TierTrainer(cfg, view, graph.feat_dim, graph.num_classes, num_subparts=2,
+                              storage_dir=str(tmp_path), collective=collective, exchange=exchange)
+    else:
+        trainer = FullGraphTrainer(cfg, view, graph.feat_dim, graph.num_classes, collective=collective,
+                                   exchange=exchange)
+    try:
+        collective.calls.clear()
+        got = trainer.train_epoch(0)
+        calls = list(collective.calls)
+        big = trainer._all_reduce_step(0.25, (1 << 25) + 3)  # float32 alone would round it
+    finally:
+        if tier:
+            trainer.close()
+    n_params = sum(p.numel() for p in trainer.params)
+    assert calls == [(torch.float32, n_params + 3 + len(flags))]
+    assert exchange.heard == ([tuple(2 * f for f in flags)] * 2 if flags else [])
+    assert abs(got["loss"] - want["loss"]) <= TOL and got["train_acc"] == want["train_acc"]
+    assert big == (0.5, 2 * ((1 << 25) + 3))
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.5])
@@ -145,7 +207,7 @@ def test_source_major_backward_only_where_the_model_allows_it(graph, tmp_path):
     assert not used(model=UserModel())
 
 
-class _WrongShapeExchange:
+class _WrongShapeExchange(NoExchange):
     """Serves zero halo rows and answers a halo gradient with a wrongly shaped tensor."""
 
     def __init__(self, num_halo):
@@ -369,7 +431,7 @@ class ThreadCollective(LocalCollective):
         return tensor
 
 
-class ThreadExchange:
+class ThreadExchange(NoExchange):
     """Two workers swapping halo rows/gradients through shared slots (exercises the
     :class:`storage_tier.protocols.HaloExchange` calls the tier makes)."""
 
