@@ -204,8 +204,8 @@ class KVHaloExchange:
     def step_flags(self) -> tuple:
         """What this trainer adds to the all-reduce that ends a training step: 1.0 where its
         agent is gone (nothing without an agent). The sum tells every trainer the same thing,
-        so they decide the next steps' modes alike; a stale step's own all-reduce for it cost
-        Cora's stale epochs 3 of 26 ms (4 workers, 2 cores)."""
+        so they decide the next steps' modes alike without a collective of their own (see
+        :meth:`~dgl_sni.train.base.TrainerBase._all_reduce_step`)."""
         if self.agent is None:
             return ()
         return (0.0 if self.agent.alive else 1.0,)
