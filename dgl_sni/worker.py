@@ -36,6 +36,7 @@ from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo import id_sets
 from .halo.exchange import KVHaloExchange
+from .halo.sums import choose_sync_halo, halo_in_rows
 from .halo.tensors import LayerTensors
 from .metrics import Counters, host_steal_s, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import read_meta
@@ -133,6 +134,18 @@ class WorkerSession:
             num_classes = max(self.collective.all_gather_object(int(view.labels.max()) + 1))
         return num_classes
 
+    def sync_halo(self, cfg, view) -> str:
+        """``cfg.sync_sums``, with ``auto`` resolved the same on every trainer from the halo
+        rows of all partitions' input layers and the owned rows they reach (one all-reduce;
+        :func:`~dgl_sni.halo.sums.choose_sync_halo`)."""
+        if cfg.sync_sums != "auto":
+            return cfg.sync_sums
+        block = view.block
+        counts = torch.tensor([float(block.num_src - block.num_dst), float(halo_in_rows(block))],
+                              dtype=torch.float64)
+        counts = self.collective.all_reduce(counts)
+        return choose_sync_halo(int(counts[0]), int(counts[1]))
+
     def run(self, cfg, progress=None) -> dict | None:
         """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
         collective, counters, rank = self.collective, self.counters, self.rank
@@ -150,10 +163,11 @@ class WorkerSession:
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
             sni = cfg.sni
             agent = sni.start_agent()
+        sync_halo = self.sync_halo(cfg, view)
         exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
                                   sni, agent, edge_counts, seed=m.seed,
                                   pipeline_from=cfg.sni.warmup if pipelined else None,
-                                  sum_stale=cfg.stale_sums, sync_sums=cfg.sync_sums,
+                                  sum_stale=cfg.stale_sums, sync_sums=sync_halo,
                                   published=self.rows_peers_read(cfg.model.model))
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
@@ -206,7 +220,7 @@ class WorkerSession:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
                           in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing,
                                          stale_halo="summed" if cfg.stale_sums else "rows",
-                                         sync_halo=cfg.sync_sums,
+                                         sync_halo=sync_halo,
                                          allocator=allocator_in_use()))
         return summary
 

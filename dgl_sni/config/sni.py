@@ -14,8 +14,8 @@ STALE_GRAD = ("exchange", "skip", "last")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
-SYNC_HALO = ("inputs", "summed", "rows")
-SYNC_HALO_DEFAULT = "inputs"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
+SYNC_HALO = ("auto", "inputs", "summed", "rows")
+SYNC_HALO_DEFAULT = "auto"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
 TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 QUANTIZE_BITS = (0, 4, 8)
 TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
@@ -106,7 +106,9 @@ class SNIConfig:
     sync_halo: str | None = option(None, "how the sync epochs of a run whose stale epochs take summed halo rows "
                                          "take theirs: inputs (only the input features' halo rows are summed, "
                                          "as on stale epochs; the layers above take fresh rows with their "
-                                         "dropout; the default there), summed (every layer sums its fresh halo "
+                                         "dropout), auto (the default there: rows where the input layer's halo "
+                                         "rows are few beside the owned rows they reach, else inputs), "
+                                         "summed (every layer sums its fresh halo "
                                          "rows, without dropout on them) or rows (every halo row with its "
                                          "dropout, as interval 1). Whichever, the stale epochs after a sync "
                                          "reuse the undropped sums of the rows it pulled instead of summing "

@@ -83,11 +83,14 @@ class TrainConfig:
     def sync_sums(self) -> str:
         """How the sync training steps take their halo rows: ``rows`` (as interval 1) unless
         the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
-        where it is unset (``None``, the default) ``inputs``: the input layer sums its halo
-        rows as the stale steps do, the layers above take their fresh rows with dropout, and
-        the stale steps after it reuse the undropped sums of those rows (chosen over seeds,
-        see benchmarks/MEASUREMENTS.md, "Syncs take the hidden layers' halo rows with their
-        dropout")."""
+        where it is unset (``None``, the default) ``auto``, which the worker resolves from
+        the partitions (:func:`dgl_sni.halo.sums.choose_sync_halo`): ``inputs`` (the input
+        layer sums its halo rows as the stale steps do, the layers above take their fresh
+        rows with dropout) where the input layer's halo rows outnumber the owned rows they
+        reach, ``rows`` where they are few. Either way the stale steps after a sync reuse the
+        undropped sums of the rows it pulled (chosen over seeds, see
+        benchmarks/MEASUREMENTS.md, "Syncs take the hidden layers' halo rows with their
+        dropout" and "Sync epochs that take every halo row, on Cora and CiteSeer")."""
         if not self.stale_sums:
             return "rows"
         return self.sni.sync_halo or SYNC_HALO_DEFAULT

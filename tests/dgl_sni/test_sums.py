@@ -13,7 +13,7 @@ from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
 from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
 from dgl_sni.halo.resolver import HaloResolver, Origin
-from dgl_sni.halo.sums import HaloSplit, KeptSums
+from dgl_sni.halo.sums import ROWS_PER_SUMMED_ROW, HaloSplit, KeptSums, choose_sync_halo, halo_in_rows
 from dgl_sni.metrics import Counters
 from dgl_sni.models import GCNLayer, SAGELayer, init_model
 from dgl_sni.projection import project
@@ -289,7 +289,7 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
     assert TrainConfig.from_dict(values).validate().stale_sums is expect
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().stale_sums is False
     # the sync steps of a summing run sum the halo input rows too, unless told not to
-    assert TrainConfig.from_dict(values).validate().sync_sums == ("inputs" if expect else "rows")
+    assert TrainConfig.from_dict(values).validate().sync_sums == ("auto" if expect else "rows")
     assert TrainConfig.from_dict(dict(values, stale_halo="rows")).validate().sync_sums == "rows"
     for how in ("rows", "summed") if expect else ():
         assert TrainConfig.from_dict(dict(values, sync_halo=how)).validate().sync_sums == how
@@ -301,7 +301,7 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
     (dict(stale_halo="everything"), "--stale-halo must be one of summed, rows"),
     (dict(stale_halo="rows", sync_halo="inputs"), "--sync-halo inputs needs stale epochs that take summed"),
     (dict(stale_halo="rows", sync_halo="summed"), "--sync-halo summed needs stale epochs that take summed"),
-    (dict(sync_halo="all"), "--sync-halo must be one of inputs, summed, rows"),
+    (dict(sync_halo="all"), "--sync-halo must be one of auto, inputs, summed, rows"),
 ])
 def test_summed_halo_rows_where_they_cannot_apply_are_refused_by_name(values, problem):
     with pytest.raises(ValueError, match=problem):
@@ -441,3 +441,22 @@ def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(mo
         ("pull sent", 2), ("owned aggregated", 2), ("rows used", 2),
         ("gradients pushed", 2), ("owned aggregation differentiated", 2), ("gradients received", 2),
         ("gradients pushed", 1), ("owned aggregation differentiated", 1), ("gradients received", 1)]
+
+
+def test_auto_sync_halo_sums_the_input_rows_only_where_they_outnumber_the_rows_they_reach():
+    """``--sync-halo auto``: rows (interval 1's step) where the input layer's halo rows are at
+    most ROWS_PER_SUMMED_ROW times the owned rows with a halo in-edge, inputs beyond."""
+    assert choose_sync_halo(200, 191) == "rows"  # CiteSeer's 4 METIS parts, summed over them
+    assert choose_sync_halo(0, 0) == "rows"  # no halo
+    assert choose_sync_halo(int(ROWS_PER_SUMMED_ROW * 100), 100) == "rows"
+    assert choose_sync_halo(int(ROWS_PER_SUMMED_ROW * 100) + 1, 100) == "inputs"
+    assert choose_sync_halo(489_000, 200_000) == "inputs"  # 200k nodes: 2.4 halo rows per owned row
+
+
+def test_halo_in_rows_counts_the_owned_rows_a_halo_row_reaches():
+    # 3 owned rows (0-2), halo rows 3 and 4: edges 3->0, 4->0, 4->2, 1->2, 0->1
+    src = np.array([3, 4, 4, 1, 0])
+    dst = np.array([0, 0, 2, 2, 1])
+    block = build_block(src, dst, 5, 3, np.ones(5), np.ones(3), self_loops=False)
+    assert halo_in_rows(block) == 2  # rows 0 and 2
+
