@@ -62,7 +62,7 @@ class HaloSplit:
         self.in_degree = block.graph.in_degrees().to(torch.float32).clamp(min=1).unsqueeze(1)
         self.x_own = x_src[:n_own]
         self._x_halo = x_src[n_own:]
-        self.halo_dst = torch.unique(h_dst)  # owned rows with a halo in-edge, ascending
+        self.halo_dst = halo_destinations(src, dst, n_own)  # owned rows with a halo in-edge, ascending
         self._static = {}  # id(scale) -> (scale, sum of the halo input rows)
         self._static_rows = {}  # id(scale) -> (scale, that sum's rows at halo_dst)
 
@@ -122,21 +122,27 @@ class HaloSplit:
 # halo rows folded into it: on CiteSeer's 4 METIS parts (3703-wide inputs) the sync steps
 # projected 191 summed rows in 0.59 ms of a trainer's CPU (forward and weight gradient)
 # against 0.35 ms for its 200 halo rows within the owned projection. The synthetic graphs'
-# partitions have 2.4-2.5 halo rows per owned row, Cora's and CiteSeer's a few percent.
-ROWS_PER_SUMMED_ROW = 2.0
+# partitions have 2.4-2.5 halo rows per owned row, Cora's and CiteSeer's 1-29 per 100.
+ROWS_PER_REACHED_ROW = 2.0
 
 
-def choose_sync_halo(halo_rows: int, summed_rows: int) -> str:
+def choose_sync_halo(halo_rows: int, reached_rows: int) -> str:
     """``rows`` or ``inputs`` for ``--sync-halo auto``, from the halo rows of the input layer
-    and the owned rows with a halo in-edge (each summed over the trainers, so every trainer
-    chooses the same); see :data:`ROWS_PER_SUMMED_ROW`."""
-    return "rows" if halo_rows <= ROWS_PER_SUMMED_ROW * summed_rows else "inputs"
+    and the owned rows they reach (with a halo in-edge; each count summed over the trainers,
+    so every trainer chooses the same); see :data:`ROWS_PER_REACHED_ROW`."""
+    return "rows" if halo_rows <= ROWS_PER_REACHED_ROW * reached_rows else "inputs"
+
+
+def halo_destinations(src: torch.Tensor, dst: torch.Tensor, num_owned: int) -> torch.Tensor:
+    """The owned rows (destinations) with an in-edge from a halo row (a source at
+    ``num_owned`` or beyond), ascending: :attr:`HaloSplit.halo_dst`."""
+    return torch.unique(dst[src >= num_owned])
 
 
 def halo_in_rows(block: GraphBlock) -> int:
-    """The owned rows (destinations) of ``block`` with an in-edge from a halo row."""
+    """How many owned rows of ``block`` have an in-edge from a halo row."""
     src, dst = block.graph.edges(order="eid")
-    return int(torch.unique(dst[src >= block.num_dst]).numel())
+    return int(halo_destinations(src, dst, block.num_dst).numel())
 
 
 class KeptSums:

@@ -13,7 +13,7 @@ from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
 from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
 from dgl_sni.halo.resolver import HaloResolver, Origin
-from dgl_sni.halo.sums import ROWS_PER_SUMMED_ROW, HaloSplit, KeptSums, choose_sync_halo, halo_in_rows
+from dgl_sni.halo.sums import ROWS_PER_REACHED_ROW, HaloSplit, KeptSums, choose_sync_halo, halo_in_rows
 from dgl_sni.metrics import Counters
 from dgl_sni.models import GCNLayer, SAGELayer, init_model
 from dgl_sni.projection import project
@@ -445,11 +445,11 @@ def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(mo
 
 def test_auto_sync_halo_sums_the_input_rows_only_where_they_outnumber_the_rows_they_reach():
     """``--sync-halo auto``: rows (interval 1's step) where the input layer's halo rows are at
-    most ROWS_PER_SUMMED_ROW times the owned rows with a halo in-edge, inputs beyond."""
+    most ROWS_PER_REACHED_ROW times the owned rows with a halo in-edge, inputs beyond."""
     assert choose_sync_halo(200, 191) == "rows"  # CiteSeer's 4 METIS parts, summed over them
     assert choose_sync_halo(0, 0) == "rows"  # no halo
-    assert choose_sync_halo(int(ROWS_PER_SUMMED_ROW * 100), 100) == "rows"
-    assert choose_sync_halo(int(ROWS_PER_SUMMED_ROW * 100) + 1, 100) == "inputs"
+    assert choose_sync_halo(int(ROWS_PER_REACHED_ROW * 100), 100) == "rows"
+    assert choose_sync_halo(int(ROWS_PER_REACHED_ROW * 100) + 1, 100) == "inputs"
     assert choose_sync_halo(489_000, 200_000) == "inputs"  # 200k nodes: 2.4 halo rows per owned row
 
 
