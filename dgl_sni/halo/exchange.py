@@ -221,10 +221,9 @@ class KVHaloExchange:
     def complete_step(self) -> None:
         """Receive the rows the last pipelined step left on the wire and flush its pushes
         (their time is the communication the pipeline did not hide); a no-op otherwise.
-        Also waits for the resolvers' background work (the drift transfer's scoring).
-        Called by the worker at the end of each training step, and by :meth:`begin_step`."""
-        for resolver in self.resolvers.values():
-            resolver.settle()
+        Also does the resolvers' work still left (:meth:`_settle`). Called by the worker
+        at the end of each training step, and by :meth:`begin_step`."""
+        self._settle()
         for source in self._started.values():  # sent for, never used (a pass that failed): received
             source.pull(None)
         self._started.clear()
@@ -239,6 +238,14 @@ class KVHaloExchange:
             if self._grad_pending:
                 self.halo_set.flush()  # the owners applied the last step's pushes
             self._grad_pending = False
+
+    def _settle(self) -> None:
+        """Do the work a sync step left to the resolvers (the drift transfer's scoring, see
+        :meth:`HaloResolver.settle`). Called where the trainer is about to wait on the
+        network (a started pull's rows, the halo gradients), so it takes the time of that
+        wait rather than adding to the step, and at the end of the step."""
+        for resolver in self.resolvers.values():
+            resolver.settle()
 
     def _decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
         """Pulled rows of ``layer`` as float32 (decoded where they travel quantized)."""
@@ -367,8 +374,9 @@ class KVHaloExchange:
             and isinstance(owned, torch.Tensor) else None
         pipelined = self.mode == "pipelined"
         source = self._started.pop(layer, None) or (_PipelinedSource if pipelined else _LayerSource)(self, layer, owned)
+        next_syncs = self.mode == "stale" and self.training and self.schedule.surely_syncs(self.step + 1)
         resolved = resolver.resolve(self.step, self.training, source, own=own,
-                                    mode="sync" if pipelined else self.mode)
+                                    mode="sync" if pipelined else self.mode, next_syncs=next_syncs)
         if self.pipeline_from is not None and self.training and not pipelined:
             self._last_rows[layer] = resolved.rows  # the first pipelined step uses them
         return resolved
@@ -500,6 +508,7 @@ class KVHaloExchange:
             if last is not None:
                 return last
             return torch.zeros((self.num_owned, self.dims[layer - 1]))
+        self._settle()  # before waiting for the others' gradients
         with self.counters.timing("comm_s"):  # every gradient the others sent for the owned rows is applied
             self.halo_set.end_round(self.grad[layer].kvstore_key)
         received = self._take_received(self.grad[layer])
@@ -598,6 +607,7 @@ class _StartedSource(_LayerSource):
         if ids is not None:
             raise ValueError("a started pull fetches every halo row of its layer")
         ex = self.exchange
+        ex._settle()  # before waiting for the rows
         with ex.counters.timing("comm_s"):
             rows = self._pending.wait()
         return self._rows(ex._pulled(rows))

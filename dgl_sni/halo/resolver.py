@@ -32,8 +32,6 @@ on the storage tier: one resolver per hidden layer) and the stock-script switch
 from __future__ import annotations
 
 import enum
-import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -248,16 +246,6 @@ class StaticRowCache:
         return int((self._slot >= 0).sum())
 
 
-_SCORER = None  # one thread per trainer process for the drift transfer's sync-step work
-
-
-def _scorer() -> ThreadPoolExecutor:
-    global _SCORER
-    if _SCORER is None:
-        _SCORER = ThreadPoolExecutor(1, thread_name_prefix="sni-transfer")
-    return _SCORER
-
-
 def may_serve_stale(cfg: "SNIConfig | None") -> bool:
     """Whether a resolver with this configuration can ever answer a step without pulling
     (a stale step): never with no predictor or at sync interval 1, so the stock-script
@@ -298,7 +286,7 @@ class HaloResolver:
         self._average = None  # smoothing > 0: the exponential average of the synced rows
         self._spare = None  # the average before it: the buffer of the next one
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
-        self._scoring: Future | None = None  # a sync step's transfer scoring, running in the background
+        self._scoring = None  # a sync step's transfer work not yet done: (own fit rows, cache, agent rows, fresh)
 
     # ------------------------------------------------------------------ schedule
     @property
@@ -312,24 +300,16 @@ class HaloResolver:
         return self.schedule.mode(step)
 
     def settle(self) -> None:
-        """Wait for the last sync step's transfer scoring (it runs beside the trainer's
-        compute and communication) and count its time as ``transfer_s``. Every entry point
-        settles first, so the transfer is never read half-updated; the exchange also
-        settles at the end of each step."""
+        """Do the last sync step's transfer work if it is still to do
+        (:meth:`DriftTransfer.sync <dgl_sni.sni.transfer.DriftTransfer.sync>`: score the
+        map, re-base it), counted as ``transfer_s``. A sync step leaves it for later: the
+        exchange settles where the trainer would otherwise wait on the network (the next
+        layer's rows, the halo gradients) and at the end of the step. Every entry point
+        settles first, so the transfer is never read half-updated."""
         if self._scoring is not None:
-            job, self._scoring = self._scoring, None
-            self.counters.add("transfer_s", job.result())
-
-    def _score_sync(self, synced: np.ndarray, own: np.ndarray, agent_rows: np.ndarray,
-                    fresh: np.ndarray) -> float:
-        """A sync step's transfer work, in order: score the map from the last sync against
-        the fresh rows, then take this sync's own rows as the base of the next maps."""
-        start = time.perf_counter()
-        transfer = self.transfer
-        if transfer.ready:
-            transfer.score(transfer.transferred(synced, own), agent_rows, fresh)
-        transfer.on_sync(own)
-        return time.perf_counter() - start
+            work, self._scoring = self._scoring, None
+            with self.counters.timing("transfer_s"):
+                self.transfer.sync(*work)
 
     def versions_stale_rows(self) -> bool:
         """Stale training steps are served versioned rows (:attr:`Resolved.version`): the
@@ -380,14 +360,19 @@ class HaloResolver:
 
     # ------------------------------------------------------------------ resolving
     def resolve(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
-                ids: np.ndarray | None = None, mode: str | None = None) -> Resolved:
+                ids: np.ndarray | None = None, mode: str | None = None,
+                next_syncs: bool = False) -> Resolved:
         """The halo rows of ``step``: every tracked row (``ids=None``) or the rows of ``ids``.
 
         ``own``: this worker's own rows of the layer now (the drift transfer needs them);
         ``training``: the pass trains (observations, transfer scores and the rows reused
         by the evaluation of the same step happen only then); ``mode``: ``sync`` or
         ``stale`` as the caller's schedule decided (the full-graph exchange: its schedule,
-        and exact evaluation pulls fresh rows at a stale step), else this resolver's own.
+        and exact evaluation pulls fresh rows at a stale step), else this resolver's own;
+        ``next_syncs``: step ``step + 1`` syncs whatever happens before it (the caller's
+        schedule says so). A stale training step then asks the agent for that sync's
+        preview as soon as it has its own rows, so the agent computes it during this step
+        and the sync step only collects it.
         """
         self.settle()
         if self.static:
@@ -395,7 +380,10 @@ class HaloResolver:
         mode = self.mode(step) if mode is None or self.table is None else mode
         if mode == "sync":
             return self._resolve_sync(step, training, source, own, ids)
-        return self._resolve_stale(step, training, source, own, ids)
+        resolved = self._resolve_stale(step, training, source, own, ids)
+        if next_syncs and training and ids is None:
+            self.prefetch_preview(step + 1, own_rows=own is not None)
+        return resolved
 
     def _resolve_sync(self, step, training, source, own, ids) -> Resolved:
         source.publish()
@@ -430,9 +418,8 @@ class HaloResolver:
         smoothed = self._smoothed(fresh)
         table.observe(step, smoothed, handed=smoothed is self._average)  # the average: not changed again
         resolved.blend = (g, table.observations)
-        if own is not None and transfer is not None:  # off the critical path (see settle)
-            self._scoring = _scorer().submit(self._score_sync, synced, np.array(own, dtype=np.float32),
-                                             used if scoring else None, fresh)
+        if own is not None and transfer is not None:  # done later, where the trainer waits (see settle)
+            self._scoring = (DriftTransfer.fit_rows(own), synced, used if scoring else None, fresh)
         return resolved
 
     def _smoothed(self, fresh: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

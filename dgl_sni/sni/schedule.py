@@ -36,6 +36,10 @@ class SyncSchedule:
     def mode(self, step: int) -> str:
         return "sync" if self.is_sync(step) else "stale"
 
+    def surely_syncs(self, step: int) -> bool:
+        """Whether ``step`` syncs whatever the steps before it do (here: whether it syncs)."""
+        return self.is_sync(step)
+
 
 class DriftMeter(Protocol):
     """How far what the halo rows depend on has moved since the last sync."""
@@ -97,6 +101,12 @@ class DriftSchedule:
     def is_sync(self, step: int) -> bool:
         return self.mode(step) == "sync"
 
+    def surely_syncs(self, step: int) -> bool:
+        """Whether ``step`` syncs whatever the meter reads by then: a warm-up step, or the
+        budget is spent (asked before :meth:`mode`, it does not decide the step)."""
+        return not self.enabled or step < self.warmup or self._last_sync is None \
+            or step - self._last_sync >= self.budget
+
     def resume_at(self, step: int) -> None:
         """A run resumed from a checkpoint starts at ``step`` with empty agent tables: as at
         a fresh start, that step syncs (no sync has happened yet) and re-takes the meter's
@@ -149,6 +159,12 @@ class GuardedSchedule:
 
     def is_sync(self, step: int) -> bool:
         return self.mode(step) == "sync"
+
+    def surely_syncs(self, step: int) -> bool:
+        """Whether ``step`` syncs whatever the losses before it say: a warm-up step, or one
+        past the interval's longest (a clean sync may still grow the interval by one)."""
+        return not self.enabled or step <= self.warmup or self._last_sync is None \
+            or step - self._last_sync >= self.budget
 
     def observe(self, step: int, mode: str, loss: float) -> None:
         """Training step ``step`` ran in ``mode`` with global loss ``loss``."""

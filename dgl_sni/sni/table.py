@@ -7,12 +7,14 @@ ones when those are known. Owned by a :class:`~dgl_sni.halo.resolver.HaloResolve
 per hidden layer of the full-graph exchange, one per managed tensor of the stock-script
 switch).
 
-A ``cache`` table hands the agent a sync's rows only when the agent is next asked for rows
-(the cache serves the last synced rows, so only the last observation matters; not under the
-adaptive policy, whose drift is estimated over the observations): with summed
-halo rows (the defaults) the stale steps reuse the sums kept at the sync and never ask, and
-the sync steps then send the agent nothing. Other kinds keep a history of every sync and get
-each observation at once.
+A table hands the agent a sync's rows when the agent is next asked for something (rows,
+a preview, drift), so a sync step sends it nothing to compute: its observation reaches the
+agent with the next stale step's request. A ``cache`` table sends only the last observation
+(the cache serves the last synced rows; not under the adaptive policy, whose drift is
+estimated over the observations): with summed halo rows (the defaults) the stale steps
+reuse the sums kept at the sync and never ask, and the agent then gets nothing. Other
+kinds keep a history of every sync and get every observation, in order: one kept back is
+sent before the next one replaces it.
 
 The agent may die or stall (``dpu_agent.supervisor``): then a stale step gets the rows of
 the last sync (the cache, weight 0), observations only update the trainer's copy, and at
@@ -44,7 +46,8 @@ class HaloTable:
         self.synced = None  # last rows synchronised (the cache, trainer-side copy for measuring)
         self.observations = 0  # observe calls so far: the cache's rows change only there
         self.agent_calls = 0  # operations sent to the agent (the exchange asks for its stats only after some)
-        self._unsent = None  # the step of the last observation, kept back (see _last_only)
+        self._unsent = None  # the step of the last observation, kept back (see module docstring)
+        self._asked = None  # (step, preview) requested and not yet collected
         self._kind = "cache" if cfg.predictor in ("cache", "none") else cfg.predictor
         # only the last observation matters to the agent: a cache serves it, and no drift is asked
         # for (the adaptive policy's drift is a speed estimated over the observations)
@@ -76,8 +79,9 @@ class HaloTable:
         if not self.num_rows:
             return
         self._send_unsent()
-        if self._agent_holds_table:
+        if self._agent_holds_table and self._asked != (step, preview):
             self.agent_calls += 1
+            self._asked = (step, preview)
             try:
                 self.agent.request(self.table_id, step, preview)
             except AgentLost:
@@ -90,7 +94,9 @@ class HaloTable:
             return np.zeros((0, self.dim), np.float32), np.zeros(0, np.float32)
         self._send_unsent()
         if self._agent_holds_table:
-            self.agent_calls += 1
+            asked, self._asked = self._asked, None
+            if asked != (step, preview):  # not requested yet: result() asks
+                self.agent_calls += 1
             try:
                 return self.agent.result(self.table_id, step, preview)
             except AgentLost:
@@ -106,15 +112,17 @@ class HaloTable:
         """Fresh rows (all, or the rows at ``row_ids``) synchronised at ``step``; re-seeds
         an agent that came back since the last sync. ``handed``: the caller will not change
         ``rows`` (all of them) while the table holds them, so they are kept without a copy.
-        A ``cache`` table (not under the adaptive policy) sends all rows when the agent is next
-        asked for rows (see module docstring)."""
+        All rows reach the agent when it is next asked for something (see module
+        docstring); rows at ``row_ids`` (the adaptive policy) at once."""
         if not self.num_rows:
             return
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         self.observations += 1
+        if row_ids is not None or not self._last_only:
+            self._send_unsent()  # the agent gets every observation, before the kept rows change
         if row_ids is None:
             self.synced = rows if handed else rows.copy()
-            if self._last_only and self._agent_holds_table:  # a lost agent is revived now
+            if self._agent_holds_table:  # kept back (a lost agent is revived now, below)
                 self._unsent = step
                 return
         elif self.synced is not None:
@@ -141,7 +149,7 @@ class HaloTable:
             elif self.agent.alive and self.synced is not None:
                 self.agent.add_table(self.table_id, self.num_rows, self.dim, self.sampled, self._kind,
                                      **self._params)
-                self._generation = self.agent.generation
+                self._generation, self._asked = self.agent.generation, None
                 self.agent.observe(self.table_id, step, self.synced)
         except AgentLost:
             pass

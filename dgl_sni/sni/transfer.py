@@ -46,46 +46,74 @@ class DriftTransfer:
         self.layer_margin = layer_margin
         self.layer_error = None  # decayed (served as chosen, agent) error sums over sampled rows
         n = self.sampled.size
-        self.err_transfer = np.zeros(n, np.float64)
-        self.err_agent = np.zeros(n, np.float64)
+        self._err = np.zeros((2, n), np.float64)  # decayed errors per sampled row: transferred, agent's
         self.scores = np.zeros(n, np.int64)
-        self._basis = None  # [owned rows at the last sync (fit rows), 1]
-        self._gram = None
+        self._base = None  # fit_rows of the owned rows at the last sync
+        self._gram = None  # base^T base, with the ridge on its diagonal
         self._nonneg = False
 
     @property
     def ready(self) -> bool:
-        return self._basis is not None
+        return self._base is not None
+
+    @property
+    def err_transfer(self) -> np.ndarray:
+        return self._err[0]
+
+    @property
+    def err_agent(self) -> np.ndarray:
+        return self._err[1]
 
     @staticmethod
-    def _fit_rows(owned: np.ndarray) -> np.ndarray:
-        owned = np.asarray(owned, dtype=np.float32)
+    def fit_rows(owned: np.ndarray) -> np.ndarray:
+        """``[rows, 1]``, a new float64 array: the owned rows a map is fitted on (an even
+        stride over partitions of more than ``FIT_ROWS`` rows) and a column of ones."""
+        owned = np.asarray(owned)
         if owned.shape[0] > FIT_ROWS:
             owned = owned[:: -(-owned.shape[0] // FIT_ROWS)]
-        return owned
+        rows = np.empty((owned.shape[0], owned.shape[1] + 1))
+        rows[:, :-1] = owned
+        rows[:, -1] = 1.0
+        return rows
 
     def on_sync(self, owned: np.ndarray) -> None:
         """Remember the owned rows of a sync epoch (the base of the next maps)."""
-        rows = self._fit_rows(owned).astype(np.float64)
-        basis = np.empty((rows.shape[0], rows.shape[1] + 1))
-        basis[:, :-1], basis[:, -1] = rows, 1.0
-        gram = basis.T @ basis
-        gram[np.diag_indices_from(gram)] += self.ridge * max(np.trace(gram) / gram.shape[0], 1e-12)
-        self._basis, self._gram = basis, gram
-        self._nonneg = bool(rows.size) and bool((rows >= 0).all())
+        self._rebase(self.fit_rows(owned))
 
     def fit(self, owned: np.ndarray) -> np.ndarray:
-        """The map ``M`` taking the last sync's owned rows to ``owned`` (this step's)."""
-        target = self._fit_rows(owned).astype(np.float64)
-        if target.shape[0] != self._basis.shape[0]:
-            raise ValueError(f"owned rows changed from {self._basis.shape[0]} to {target.shape[0]} "
-                             "fit rows since the last sync")
-        return np.linalg.solve(self._gram, self._basis.T @ target)
+        """The map ``M`` taking the last sync's owned rows to ``owned`` (this step's):
+        ``[owned_sync, 1] @ M ~ owned``, ``M`` of shape ``(d + 1, d)``."""
+        return self._fit(self.fit_rows(owned))
 
     def transferred(self, cache_rows: np.ndarray, owned: np.ndarray) -> np.ndarray:
         """The sampled halo rows moved by this step's map: ``[n_sampled, d]``."""
-        m = self.fit(owned)
-        out = cache_rows[self.sampled].astype(np.float64) @ m[:-1] + m[-1]
+        return self._moved(cache_rows, self._fit(self.fit_rows(owned)))
+
+    def sync(self, rows: np.ndarray, cache_rows: np.ndarray, agent_rows: np.ndarray | None,
+             fresh: np.ndarray) -> None:
+        """A sync epoch's work, in order: score the map from the last sync (``rows``:
+        :meth:`fit_rows` of this sync's owned rows; ``cache_rows``: the rows served since
+        the last sync; ``agent_rows``: what the agent would have served now, ``None``: not
+        scored) against the ``fresh`` rows, then take ``rows`` as the base of the next maps."""
+        if self.ready and agent_rows is not None:
+            self.score(self._moved(cache_rows, self._fit(rows)), agent_rows, fresh)
+        self._rebase(rows)
+
+    def _rebase(self, rows: np.ndarray) -> None:
+        gram = rows.T @ rows
+        gram.flat[:: gram.shape[0] + 1] += self.ridge * max(np.trace(gram) / gram.shape[0], 1e-12)
+        self._base, self._gram = rows, gram
+        self._nonneg = bool(rows.size) and bool((rows >= 0).all())  # (its ones column is)
+
+    def _fit(self, rows: np.ndarray) -> np.ndarray:
+        if rows.shape[0] != self._base.shape[0]:
+            raise ValueError(f"owned rows changed from {self._base.shape[0]} to {rows.shape[0]} "
+                             "fit rows since the last sync")
+        return np.linalg.solve(self._gram, self._base.T @ rows)[:, :-1]  # the ones column maps to itself
+
+    def _moved(self, cache_rows: np.ndarray, m: np.ndarray) -> np.ndarray:
+        out = cache_rows[self.sampled] @ m[:-1]  # in float64
+        out += m[-1]
         if self._nonneg:
             np.maximum(out, 0.0, out=out)
         return out.astype(np.float32)
@@ -93,20 +121,20 @@ class DriftTransfer:
     def score(self, moved: np.ndarray, agent_rows: np.ndarray, fresh: np.ndarray) -> None:
         """Sync epoch: how far the transferred and the agent's rows were from the fresh ones."""
         sel = self.sampled
-        e_t = np.linalg.norm(moved - fresh[sel], axis=1)
-        e_a = np.linalg.norm(agent_rows[sel] - fresh[sel], axis=1)
+        diff = np.stack((moved, agent_rows[sel])) - fresh[sel]
+        err = np.sqrt(np.einsum("kij,kij->ki", diff, diff))  # [transferred, agent's] per sampled row
         g = self.decay
         pick = self.chosen()  # the layer test: what the rows chosen so far would have served
-        sums = np.array([e_a.sum() - e_a[pick].sum() + e_t[pick].sum(), e_a.sum()])
+        e_t, e_a = err
+        agent_sum = e_a.sum()
+        sums = np.array([agent_sum - e_a[pick].sum() + e_t[pick].sum(), agent_sum])
         self.layer_error = sums if self.layer_error is None else g * self.layer_error + (1 - g) * sums
-        first = self.scores == 0
-        self.err_transfer = np.where(first, e_t, g * self.err_transfer + (1 - g) * e_t)
-        self.err_agent = np.where(first, e_a, g * self.err_agent + (1 - g) * e_a)
+        self._err = np.where(self.scores == 0, err, g * self._err + (1 - g) * err)
         self.scores += 1
 
     def chosen(self) -> np.ndarray:
         """Positions (into the sampled rows) where the transferred row is served."""
-        ok = (self.scores >= self.min_scores) & (self.err_transfer < self.margin * self.err_agent)
+        ok = (self.scores >= self.min_scores) & (self._err[0] < self.margin * self._err[1])
         return np.flatnonzero(ok)
 
     @property

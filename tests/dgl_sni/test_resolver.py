@@ -160,8 +160,9 @@ def _own(step):
     return (np.arange(8 * D, dtype=np.float32).reshape(8, D) * 0.1 + step * (1 + step)).clip(min=0)
 
 
-def _drive(res, src, steps, settle_each=False):
-    """Steps as the exchange drives them; returns the rows of every stale step."""
+def _drive(res, src, steps, settle_each=False, ahead=False):
+    """Steps as the exchange drives them; returns the rows of every stale step. ``ahead``:
+    a stale step is told when the next step syncs (the exchange's schedule knows)."""
     served = []
     for step in steps:
         src.step = step
@@ -169,7 +170,7 @@ def _drive(res, src, steps, settle_each=False):
             res.prefetch_preview(step, own_rows=True)
         else:
             res.prefetch(step)
-        out = res.resolve(step, True, src, own=_own(step))
+        out = res.resolve(step, True, src, own=_own(step), next_syncs=ahead and res.mode(step + 1) == "sync")
         if settle_each:
             res.settle()
         if res.mode(step) == "stale":
@@ -188,7 +189,7 @@ def test_a_sync_steps_preview_is_asked_for_ahead_and_collected():
         previews = [c for c in agent.calls if c[2]]
         # not at 0 (no history yet): at 1 and 4, asked at the start of the step, taken in resolve
         assert previews == [("request", 1, True), ("result", 1, True), ("request", 4, True), ("result", 4, True)]
-        assert res.transfer.scores.max() == 2  # both scorings ran (in the background), in order
+        assert res.transfer.scores.max() == 2  # both scorings ran (left for later, settled), in order
         assert counters.extra["transfer_s"] > 0  # counted once settled
 
         # rows not in memory (own=None, the storage tier): the preview asked for is still collected
@@ -200,25 +201,45 @@ def test_a_sync_steps_preview_is_asked_for_ahead_and_collected():
         agent.close()
 
 
-def test_background_scoring_leaves_what_in_line_scoring_leaves():
-    """The transfer's sync-step work runs beside the trainer until the next entry point; a
-    resolver that waits for it at once must end in the same state and serve the same rows."""
+def test_work_left_for_later_and_previews_asked_ahead_leave_what_doing_it_at_once_leaves():
+    """A sync step's transfer work is done where the exchange settles (up to the next entry
+    point), and a stale step may ask for the next sync's preview; a resolver that settles
+    at once and asks at the sync must end in the same state and serve the same rows."""
     runs = []
-    for settle_each in (True, False):
+    for settle_each, ahead in ((True, False), (False, False), (False, True)):
         agent = InlineAgentClient()
         try:
             res, _ = _resolver(agent, transfer=True, sync_interval=2)
             res.transfer = DriftTransfer(res.table.sampled)
-            served = _drive(res, FakeSource(), range(12), settle_each=settle_each)
+            served = _drive(res, FakeSource(), range(12), settle_each=settle_each, ahead=ahead)
             t = res.transfer
-            runs.append((served, t.scores.copy(), t.err_transfer.copy(), t.err_agent.copy(), t._basis.copy()))
+            runs.append((served, t.scores.copy(), t.err_transfer.copy(), t.err_agent.copy(), t._base.copy()))
         finally:
             agent.close()
-    (a_rows, *a_state), (b_rows, *b_state) = runs
-    assert len(a_rows) == len(b_rows) > 0
-    assert all(np.array_equal(x, y) for x, y in zip(a_rows, b_rows))
-    assert all(np.array_equal(x, y) for x, y in zip(a_state, b_state))
+    (a_rows, *a_state), *others = runs
+    for b_rows, *b_state in others:
+        assert len(a_rows) == len(b_rows) > 0
+        assert all(np.array_equal(x, y) for x, y in zip(a_rows, b_rows))
+        assert all(np.array_equal(x, y) for x, y in zip(a_state, b_state))
     assert a_state[0].max() >= 3  # it really scored
+
+
+def test_a_stale_step_before_a_sync_asks_for_its_preview_and_the_sync_only_collects_it():
+    agent = RecordingAgent()
+    try:
+        res, _ = _resolver(agent, transfer=True, sync_interval=2)
+        res.transfer = DriftTransfer(res.table.sampled)
+        _drive(res, FakeSource(), range(6), ahead=True)  # syncs 0, 1, 3, 5
+        at = {step: [c for c in agent.calls if c[1] == step] for step in (3, 5)}
+        calls = [c[:3] for c in agent.calls]
+        # the preview of 3 is asked right after stale step 2 got its rows, and only collected at 3
+        i = calls.index(("result", 2, False))
+        assert calls[i + 1] == ("request", 3, True)
+        assert ("request", 3, True) not in calls[i + 2:] and ("result", 3, True) in calls[i + 2:]
+        assert at[5][0][:3] == ("request", 5, True) and at[5][-1][:3] == ("result", 5, True)
+        assert len(at[3]) == len(at[5]) == 2
+    finally:
+        agent.close()
 
 
 def test_smoothing_serves_the_average_of_the_synced_rows():

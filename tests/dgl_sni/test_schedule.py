@@ -117,3 +117,33 @@ def test_resumed_guarded_schedule_syncs_its_first_step_and_restarts_from_its_bud
     s.resume_at(5)
     assert s.mode(5) == "sync" and s.interval == 3
     assert [s.mode(t) for t in (6, 7, 8)] == ["stale", "stale", "sync"]
+
+
+
+def test_a_step_surely_syncs_only_where_nothing_before_it_can_make_it_stale():
+    """The exchange asks for the next sync's preview a step ahead only where the schedule is
+    sure (asked before the step's mode): checked against the modes each schedule then gives."""
+    fixed = SyncSchedule(warmup=2, interval=3)
+    assert [fixed.surely_syncs(t) for t in range(9)] == [fixed.is_sync(t) for t in range(9)]
+
+    quiet = DriftSchedule(warmup=2, budget=3, bound=0.5, meter=Meter([0.0] * 20))
+    sure = []
+    for t in range(10):  # a meter that never reads above the bound: warm-up and the spent budget
+        sure.append(quiet.surely_syncs(t))
+        assert sure[-1] == (quiet.mode(t) == "sync")
+    assert [t for t, s in enumerate(sure) if s] == [0, 1, 4, 7]
+    jumpy = DriftSchedule(warmup=2, budget=3, bound=0.5, meter=Meter([0.0, 1.0] * 10))
+    for t in range(10):  # drift syncs the schedule could not foresee; never a sure step that is stale
+        sure = jumpy.surely_syncs(t)
+        assert not sure or jumpy.mode(t) == "sync"
+
+    for losses in ([1.0] * 12, [1.0, 2.0] * 6):  # clean syncs grow the interval; rises halve it
+        guarded = GuardedSchedule(warmup=1, budget=3, tolerance=0.01)
+        seen = []
+        for t in range(12):
+            sure = guarded.surely_syncs(t)
+            mode = guarded.mode(t)
+            assert not sure or mode == "sync", (losses, t)
+            seen.append(sure)
+            guarded.observe(t, mode, losses[t])
+        assert any(seen[2:])  # the budget's end is foreseen

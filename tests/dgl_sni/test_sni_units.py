@@ -11,7 +11,7 @@ from dgl_sni.sni.sampling import halo_edge_counts, importance_mask
 from dgl_sni.sni.schedule import SyncSchedule
 from dgl_sni.sni.transfer import DriftTransfer
 from dpu_agent.client import InlineAgentClient, spawn_agent
-from dpu_agent.tables import HistoryTable
+from dpu_agent.tables import Agent, HistoryTable
 from dpu_agent.transport import AgentError
 
 
@@ -325,9 +325,11 @@ def test_a_cache_table_sends_a_sync_only_when_rows_are_asked_for():
 
 
 @pytest.mark.parametrize("cfg", [dict(predictor="linear-trend"), dict(predictor="cache", sync_policy="adaptive")])
-def test_a_table_whose_history_is_read_sends_every_sync_at_once(cfg):
+def test_a_table_whose_history_is_read_sends_every_sync_before_the_next_ask(cfg):
     """A trend predictor fits every sync, and the adaptive policy's drift is a speed over the
-    observations (also a cache's): neither may lose one."""
+    observations (also a cache's): neither may lose one. Each reaches the agent when the
+    next one comes or the agent is next asked, with its own rows, so a sync step sends
+    the agent nothing to compute."""
     from dgl_sni.metrics import Counters
     from dgl_sni.sni.table import HaloTable
 
@@ -335,9 +337,17 @@ def test_a_table_whose_history_is_read_sends_every_sync_at_once(cfg):
     try:
         table = HaloTable(3, np.arange(40), 8, np.arange(40) % 5 + 1,
                           SNIConfig(sampling_ratio=0.5, **cfg), agent, Counters())
+        ref = Agent()
+        ref.add_table(3, 40, 8, table.sampled, table._kind, **table._params)
         for t in (0, 2, 4):
             table.observe(t, _trajectory(t))
-        assert agent.ops == [("observe", 0), ("observe", 2), ("observe", 4)]
+            ref.table(3).observe(t, _trajectory(t))
+        assert agent.ops == [("observe", 0), ("observe", 2)]  # 4 kept back
+        table.prefetch(5)
+        assert agent.ops[2:] == [("observe", 4), ("request", 5)]
+        rows, weight = table.served(5)
+        want, want_weight = ref.table(3).serve(5)
+        assert np.array_equal(rows, want) and np.array_equal(weight, want_weight)
     finally:
         agent.close()
 
