@@ -1,6 +1,6 @@
 # cython: boundscheck=False, wraparound=False, cdivision=True
 """Compiled trainer kernels (see csrc/): keyed dropout, the low-bit row codec, the float rows' accumulate,
-narrow products, the layers' row epilogue, blends of row blocks."""
+narrow products, the layers' row epilogue, blends of row blocks, the drift transfer's arithmetic."""
 import numpy as np
 cimport numpy as cnp
 from libc.stdint cimport int64_t, uint64_t, uint32_t, uint8_t
@@ -55,6 +55,14 @@ cdef extern from "csrc/row_codec.hpp" namespace "sni":
     void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
                          const int64_t* offsets, double* target) nogil
 
+cdef extern from "csrc/drift_fit.hpp" namespace "sni":
+    int drift_fit(const float* owned, int64_t d, int64_t stride, int64_t nf, const double* base,
+                  const double* base_chol, double* m_out, double* rows_out, double* chol_out, double ridge) nogil
+    void drift_move(const float* cache, int64_t d, const int64_t* sampled, int64_t ns, const double* m,
+                    bint nonneg, float* out) nogil
+    void drift_score(const float* moved, const float* agent, const float* fresh, int64_t d,
+                     const int64_t* sampled, int64_t ns, double decay, double margin, int64_t min_scores,
+                     double* err, int64_t* scores, double* layer, bint has_layer) nogil
 
 def _c_array(a, dtype, what):
     """Refuse an array the kernels cannot read as a C array of ``dtype``."""
@@ -450,3 +458,110 @@ def row_dropped_sum_into(x, indptr, indices, bits, float keep, dropped, plain=No
         row_dropped_sum(<const float*>cnp.PyArray_DATA(xa), d, <const int64_t*>cnp.PyArray_DATA(pa),
                         <const int64_t*>cnp.PyArray_DATA(ia), n, bp, keep, <float*>cnp.PyArray_DATA(da), pp, ssp)
     return dropped
+
+
+# ---------------------------------------------------------------- the drift transfer (csrc/drift_fit.hpp)
+def drift_fit_rows(owned, int64_t stride, base=None, base_chol=None, bint rebase=False, double ridge=0.0):
+    """The drift transfer's fit over the owned rows ``owned`` (float32 ``[n, d]``, every
+    ``stride``-th row): ``(m, rows, chol, nonneg)``. ``m`` (``[d + 1, d]``, float64; ``None``
+    without ``base``): the least-squares map from the fit rows ``base`` (``[nf, d + 1]``, whose
+    Gram matrix's Cholesky factor is ``base_chol``) to these; with ``rebase``: ``rows`` (these
+    fit rows, float64 with a trailing 1) and ``chol`` (their Gram matrix's factor, with
+    ``ridge`` times the mean of its diagonal added to it); ``nonneg``: every fit value is >= 0."""
+    _matrix(owned, np.float32, "owned rows")
+    if stride < 1:
+        raise ValueError(f"stride must be at least 1, got {stride}")
+    cdef int64_t n = owned.shape[0], d = owned.shape[1], w = owned.shape[1] + 1
+    cdef int64_t nf = (n + stride - 1) // stride
+    cdef cnp.ndarray oa = owned, ba, ca, ma, ra, cha
+    cdef const double* bp = NULL
+    cdef const double* cp = NULL
+    cdef double* mp = NULL
+    cdef double* rp = NULL
+    cdef double* chp = NULL
+    m = rows = chol = None
+    if base is not None:
+        _c_array(base, np.float64, "base")
+        _c_array(base_chol, np.float64, "base factor")
+        if base.shape != (nf, w):
+            raise ValueError(f"owned rows changed from {base.shape[0]} to {nf} fit rows since the last sync"
+                             if base.ndim == 2 and base.shape[1] == w else
+                             f"base has shape {base.shape}, the fit rows need ({nf}, {w})")
+        if base_chol.shape != (w, w):
+            raise ValueError(f"base factor has shape {base_chol.shape}, want ({w}, {w})")
+        ba, ca = base, base_chol
+        bp, cp = <const double*>cnp.PyArray_DATA(ba), <const double*>cnp.PyArray_DATA(ca)
+        m = np.empty((w, d), np.float64)
+        ma = m
+        mp = <double*>cnp.PyArray_DATA(ma)
+    if rebase:
+        rows, chol = np.empty((nf, w), np.float64), np.empty((w, w), np.float64)
+        ra, cha = rows, chol
+        rp, chp = <double*>cnp.PyArray_DATA(ra), <double*>cnp.PyArray_DATA(cha)
+    cdef const float* op = <const float*>cnp.PyArray_DATA(oa)
+    cdef int status
+    with nogil:
+        status = drift_fit(op, d, stride, nf, bp, cp, mp, rp, chp, ridge)
+    if status < 0:
+        raise ValueError("the owned rows' Gram matrix is not positive definite (are there NaN or infinite "
+                         "values in them?)")
+    return m, rows, chol, status == 1
+
+
+def _sampled_rows(sampled, int64_t num_rows):
+    _c_array(sampled, np.int64, "sampled rows")
+    if sampled.ndim != 1:
+        raise ValueError(f"sampled rows must be 1-d, got shape {sampled.shape}")
+    if sampled.size and (sampled.min() < 0 or sampled.max() >= num_rows):
+        raise ValueError(f"sampled rows must lie in [0, {num_rows})")
+
+
+def drift_move_rows(cache, sampled, m, bint nonneg):
+    """``cache[sampled] @ m[:-1] + m[-1]`` in float64 (clamped at 0 with ``nonneg``), as
+    float32 ``[len(sampled), d]``: the sampled halo rows moved by the map ``m``."""
+    _matrix(cache, np.float32, "cache rows")
+    cdef int64_t d = cache.shape[1], ns = sampled.shape[0]
+    _sampled_rows(sampled, cache.shape[0])
+    _c_array(m, np.float64, "map")
+    if m.shape != (d + 1, d):
+        raise ValueError(f"map has shape {m.shape}, want ({d + 1}, {d})")
+    out = np.empty((ns, d), np.float32)
+    cdef cnp.ndarray ca = cache, sa = sampled, ma = m, oa = out
+    cdef const float* cp = <const float*>cnp.PyArray_DATA(ca)
+    cdef const int64_t* sp = <const int64_t*>cnp.PyArray_DATA(sa)
+    cdef const double* mp = <const double*>cnp.PyArray_DATA(ma)
+    cdef float* op = <float*>cnp.PyArray_DATA(oa)
+    with nogil:
+        drift_move(cp, d, sp, ns, mp, nonneg, op)
+    return out
+
+
+def drift_score_rows(moved, agent, fresh, sampled, double decay, double margin, int64_t min_scores, err, scores,
+                layer, bint has_layer):
+    """One sync's scores of the drift transfer, in place: ``err`` (``[2, ns]`` float64, the
+    decayed errors of the transferred and of the agent's rows), ``scores`` (``[ns]`` int64)
+    and ``layer`` (``[2]``, the decayed sums served-as-chosen and agent's; seeded unless
+    ``has_layer``). ``moved``: ``[ns, d]``; ``agent`` and ``fresh``: rows indexed by ``sampled``."""
+    _matrix(agent, np.float32, "agent rows")
+    _matrix(fresh, np.float32, "fresh rows")
+    _matrix(moved, np.float32, "moved rows")
+    cdef int64_t d = fresh.shape[1], ns = sampled.shape[0]
+    if agent.shape != fresh.shape or moved.shape != (ns, d):
+        raise ValueError(f"rows do not match: agent {agent.shape}, fresh {fresh.shape}, moved {moved.shape} "
+                         f"for {ns} sampled rows")
+    _sampled_rows(sampled, fresh.shape[0])
+    _c_array(err, np.float64, "errors")
+    _c_array(scores, np.int64, "scores")
+    _c_array(layer, np.float64, "layer errors")
+    if err.shape != (2, ns) or scores.shape != (ns,) or layer.shape != (2,):
+        raise ValueError(f"state shapes {err.shape}, {scores.shape}, {layer.shape} do not fit {ns} sampled rows")
+    cdef cnp.ndarray mva = moved, aa = agent, fa = fresh, sa = sampled, ea = err, sca = scores, la = layer
+    cdef const float* mvp = <const float*>cnp.PyArray_DATA(mva)
+    cdef const float* ap = <const float*>cnp.PyArray_DATA(aa)
+    cdef const float* fp = <const float*>cnp.PyArray_DATA(fa)
+    cdef const int64_t* sp = <const int64_t*>cnp.PyArray_DATA(sa)
+    cdef double* ep = <double*>cnp.PyArray_DATA(ea)
+    cdef int64_t* scp = <int64_t*>cnp.PyArray_DATA(sca)
+    cdef double* lp = <double*>cnp.PyArray_DATA(la)
+    with nogil:
+        drift_score(mvp, ap, fp, d, sp, ns, decay, margin, min_scores, ep, scp, lp, has_layer)

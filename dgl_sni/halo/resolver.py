@@ -419,7 +419,7 @@ class HaloResolver:
         table.observe(step, smoothed, handed=smoothed is self._average)  # the average: not changed again
         resolved.blend = (g, table.observations)
         if own is not None and transfer is not None:  # done later, where the trainer waits (see settle)
-            self._scoring = (DriftTransfer.fit_rows(own), synced, used if scoring else None, fresh)
+            self._scoring = (np.array(own, dtype=np.float32), synced, used if scoring else None, fresh)
         return resolved
 
     def _smoothed(self, fresh: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:

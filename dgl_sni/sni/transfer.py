@@ -24,14 +24,23 @@ epoch (after the first), before the fresh rows are used:
   below ``layer_margin`` times the agent's.
 
 Elsewhere the agent's row (cache or gated trend) stays.
+
 :class:`~dgl_sni.halo.resolver.HaloResolver` owns one per hidden layer (``gated`` predictor,
 fixed sync policy); the map is fitted and applied in the worker because it
 needs the owned rows, which the agent does not see (on a DPU deployment it would travel
 with the request: ``(d + 1) x d`` floats).
+
+The arithmetic is compiled (``csrc/drift_fit.hpp`` through :mod:`dgl_sni._ops`): a sync's
+two fits are one pass over the owned rows (float64 sums, the Gram matrix's Cholesky factor
+kept for the next maps), and the moves and scores one call each. Written as numpy it was
+some forty calls per layer whose per-call cost, on partitions of a few hundred rows, was
+most of the time (see ``benchmarks/MEASUREMENTS.md``).
 """
 from __future__ import annotations
 
 import numpy as np
+
+from .. import _ops
 
 FIT_ROWS = 65536  # owned rows the map is fitted on (an even stride over larger partitions)
 
@@ -44,12 +53,13 @@ class DriftTransfer:
         self.sampled = np.flatnonzero(np.asarray(sampled, dtype=bool))
         self.decay, self.margin, self.min_scores, self.ridge = decay, margin, min_scores, ridge
         self.layer_margin = layer_margin
-        self.layer_error = None  # decayed (served as chosen, agent) error sums over sampled rows
         n = self.sampled.size
         self._err = np.zeros((2, n), np.float64)  # decayed errors per sampled row: transferred, agent's
         self.scores = np.zeros(n, np.int64)
-        self._base = None  # fit_rows of the owned rows at the last sync
-        self._gram = None  # base^T base, with the ridge on its diagonal
+        self._layer = np.zeros(2, np.float64)  # decayed (served as chosen, agent's) error sums
+        self._layer_scored = False
+        self._base = None  # the fit rows of the owned rows at the last sync, [rows, 1] in float64
+        self._chol = None  # the Cholesky factor of their Gram matrix (with the ridge)
         self._nonneg = False
 
     @property
@@ -64,73 +74,57 @@ class DriftTransfer:
     def err_agent(self) -> np.ndarray:
         return self._err[1]
 
+    @property
+    def layer_error(self) -> np.ndarray | None:
+        """The decayed sums over sampled rows (served as chosen, agent's); None before a score."""
+        return self._layer if self._layer_scored else None
+
     @staticmethod
-    def fit_rows(owned: np.ndarray) -> np.ndarray:
-        """``[rows, 1]``, a new float64 array: the owned rows a map is fitted on (an even
-        stride over partitions of more than ``FIT_ROWS`` rows) and a column of ones."""
-        owned = np.asarray(owned)
-        if owned.shape[0] > FIT_ROWS:
-            owned = owned[:: -(-owned.shape[0] // FIT_ROWS)]
-        rows = np.empty((owned.shape[0], owned.shape[1] + 1))
-        rows[:, :-1] = owned
-        rows[:, -1] = 1.0
-        return rows
+    def _rows(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a, dtype=np.float32)
+
+    @staticmethod
+    def _stride(owned: np.ndarray) -> int:
+        """Fit rows are every stride-th owned row: at most ``FIT_ROWS`` of them."""
+        return -(-owned.shape[0] // FIT_ROWS)
 
     def on_sync(self, owned: np.ndarray) -> None:
         """Remember the owned rows of a sync epoch (the base of the next maps)."""
-        self._rebase(self.fit_rows(owned))
+        owned = self._rows(owned)
+        _, self._base, self._chol, self._nonneg = _ops.drift_fit_rows(owned, self._stride(owned), rebase=True,
+                                                                      ridge=self.ridge)
 
     def fit(self, owned: np.ndarray) -> np.ndarray:
         """The map ``M`` taking the last sync's owned rows to ``owned`` (this step's):
         ``[owned_sync, 1] @ M ~ owned``, ``M`` of shape ``(d + 1, d)``."""
-        return self._fit(self.fit_rows(owned))
+        owned = self._rows(owned)
+        return _ops.drift_fit_rows(owned, self._stride(owned), self._base, self._chol)[0]
 
     def transferred(self, cache_rows: np.ndarray, owned: np.ndarray) -> np.ndarray:
         """The sampled halo rows moved by this step's map: ``[n_sampled, d]``."""
-        return self._moved(cache_rows, self._fit(self.fit_rows(owned)))
+        return _ops.drift_move_rows(self._rows(cache_rows), self.sampled, self.fit(owned), self._nonneg)
 
-    def sync(self, rows: np.ndarray, cache_rows: np.ndarray, agent_rows: np.ndarray | None,
+    def sync(self, owned: np.ndarray, cache_rows: np.ndarray, agent_rows: np.ndarray | None,
              fresh: np.ndarray) -> None:
-        """A sync epoch's work, in order: score the map from the last sync (``rows``:
-        :meth:`fit_rows` of this sync's owned rows; ``cache_rows``: the rows served since
-        the last sync; ``agent_rows``: what the agent would have served now, ``None``: not
-        scored) against the ``fresh`` rows, then take ``rows`` as the base of the next maps."""
-        if self.ready and agent_rows is not None:
-            self.score(self._moved(cache_rows, self._fit(rows)), agent_rows, fresh)
-        self._rebase(rows)
-
-    def _rebase(self, rows: np.ndarray) -> None:
-        gram = rows.T @ rows
-        gram.flat[:: gram.shape[0] + 1] += self.ridge * max(np.trace(gram) / gram.shape[0], 1e-12)
-        self._base, self._gram = rows, gram
-        self._nonneg = bool(rows.size) and bool((rows >= 0).all())  # (its ones column is)
-
-    def _fit(self, rows: np.ndarray) -> np.ndarray:
-        if rows.shape[0] != self._base.shape[0]:
-            raise ValueError(f"owned rows changed from {self._base.shape[0]} to {rows.shape[0]} "
-                             "fit rows since the last sync")
-        return np.linalg.solve(self._gram, self._base.T @ rows)[:, :-1]  # the ones column maps to itself
-
-    def _moved(self, cache_rows: np.ndarray, m: np.ndarray) -> np.ndarray:
-        out = cache_rows[self.sampled] @ m[:-1]  # in float64
-        out += m[-1]
-        if self._nonneg:
-            np.maximum(out, 0.0, out=out)
-        return out.astype(np.float32)
+        """A sync epoch's work, in order: score the map from the last sync (``cache_rows``:
+        the rows served since it; ``agent_rows``: what the agent would have served now,
+        ``None``: not scored) against the ``fresh`` rows, then take this sync's ``owned``
+        rows as the base of the next maps; one pass over the owned rows does both fits."""
+        owned = self._rows(owned)
+        scoring = self.ready and agent_rows is not None
+        m, base, chol, nonneg = _ops.drift_fit_rows(owned, self._stride(owned), self._base if scoring else None,
+                                                    self._chol if scoring else None, rebase=True, ridge=self.ridge)
+        if scoring:
+            self.score(_ops.drift_move_rows(self._rows(cache_rows), self.sampled, m, self._nonneg),
+                       agent_rows, fresh)
+        self._base, self._chol, self._nonneg = base, chol, nonneg
 
     def score(self, moved: np.ndarray, agent_rows: np.ndarray, fresh: np.ndarray) -> None:
         """Sync epoch: how far the transferred and the agent's rows were from the fresh ones."""
-        sel = self.sampled
-        diff = np.stack((moved, agent_rows[sel])) - fresh[sel]
-        err = np.sqrt(np.einsum("kij,kij->ki", diff, diff))  # [transferred, agent's] per sampled row
-        g = self.decay
-        pick = self.chosen()  # the layer test: what the rows chosen so far would have served
-        e_t, e_a = err
-        agent_sum = e_a.sum()
-        sums = np.array([agent_sum - e_a[pick].sum() + e_t[pick].sum(), agent_sum])
-        self.layer_error = sums if self.layer_error is None else g * self.layer_error + (1 - g) * sums
-        self._err = np.where(self.scores == 0, err, g * self._err + (1 - g) * err)
-        self.scores += 1
+        _ops.drift_score_rows(self._rows(moved), self._rows(agent_rows), self._rows(fresh), self.sampled,
+                              self.decay, self.margin, self.min_scores, self._err, self.scores, self._layer,
+                              self._layer_scored)
+        self._layer_scored = True
 
     def chosen(self) -> np.ndarray:
         """Positions (into the sampled rows) where the transferred row is served."""
@@ -140,8 +134,8 @@ class DriftTransfer:
     @property
     def layer_open(self) -> bool:
         """Whether the chosen rows, together, have beaten the agent's rows at recent syncs."""
-        e = self.layer_error
-        return e is not None and e[0] < self.layer_margin * e[1]
+        e = self._layer
+        return self._layer_scored and e[0] < self.layer_margin * e[1]
 
     @property
     def serving(self) -> bool:
