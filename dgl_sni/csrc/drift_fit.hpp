@@ -7,10 +7,11 @@
 // Cora partition), whose per-call cost, not their arithmetic, was the time: about 0.35 ms
 // a layer in a training run on 2 shared cores. Here:
 //
-//   drift_fit    one pass over the fit rows (every stride-th owned row): the products
-//                base^T [rows, 1] and [rows, 1]^T [rows, 1] in float64, then M from the
-//                base's Cholesky factor, and the new base's factor (its Gram matrix plus
-//                ridge * max(trace / (d+1), 1e-12) on the diagonal);
+//   drift_fit    the fit rows (every stride-th owned row) as float64, the products
+//                base^T [rows, 1] and [rows, 1]^T [rows, 1] over them (tiles whose sums
+//                stay in registers), then M from the base's Cholesky factor, and the new
+//                base's factor (its Gram matrix plus ridge * max(trace / (d+1), 1e-12) on
+//                the diagonal);
 //   drift_move   the sampled halo rows moved by M (float64 sums, clamped at 0 where the
 //                base rows are all non-negative, rounded to float32);
 //   drift_score  the per-row and per-layer decayed errors of the moved and the agent's rows
@@ -21,6 +22,7 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 namespace sni {
@@ -60,6 +62,77 @@ inline void cholesky_solve(const double* l, int64_t n, double* b, int64_t m) {
     }
 }
 
+typedef double d4 __attribute__((vector_size(32), aligned(8)));  // 4 lanes, unaligned loads
+
+// out[a][b] += sum_i A[i][a] B[i][b] for a < na, b < nb (A: [n, lda], B: [n, ldb], out:
+// [na, nb], all row-major), over tiles of 2 columns of A by 8 of B whose sums stay in
+// registers while a block of rows (kRowBlock, in cache) streams by; columns of B past the
+// last 8 go one at a time. With lower, only the entries b <= a are needed (tiles past them
+// are skipped; the entries of a computed tile above the diagonal are summed too).
+constexpr int64_t kRowBlock = 512;
+
+template <bool Two>
+__attribute__((always_inline)) inline void tn_tile(const double* A, int64_t lda, int64_t a, const double* B,
+                                                   int64_t ldb, int64_t b, int64_t n, double* out, int64_t nb) {
+    d4 s00{}, s01{}, s10{}, s11{};
+    for (int64_t i = 0; i < n; ++i) {
+        const double* br = B + i * ldb + b;
+        d4 b0, b1;
+        std::memcpy(&b0, br, sizeof(d4));
+        std::memcpy(&b1, br + 4, sizeof(d4));
+        const double x0 = A[i * lda + a];
+        s00 += x0 * b0;
+        s01 += x0 * b1;
+        if (Two) {
+            const double x1 = A[i * lda + a + 1];
+            s10 += x1 * b0;
+            s11 += x1 * b1;
+        }
+    }
+    double* o = out + a * nb + b;
+    for (int l = 0; l < 4; ++l) {
+        o[l] += s00[l];
+        o[4 + l] += s01[l];
+        if (Two) {
+            o[nb + l] += s10[l];
+            o[nb + 4 + l] += s11[l];
+        }
+    }
+}
+
+inline void tn_block(const double* A, int64_t lda, int64_t na, const double* B, int64_t ldb, int64_t nb,
+                     int64_t n, double* out, bool lower) {
+    const int64_t nb8 = nb / 8 * 8;
+    for (int64_t a = 0; a < na; a += 2) {
+        const bool two = a + 1 < na;
+        for (int64_t b = 0; b < nb8 && !(lower && b > a + 1); b += 8) {
+            if (two) {
+                tn_tile<true>(A, lda, a, B, ldb, b, n, out, nb);
+            } else {
+                tn_tile<false>(A, lda, a, B, ldb, b, n, out, nb);
+            }
+        }
+        for (int64_t b = nb8; b < nb && !(lower && b > a + 1); ++b) {
+            double t0 = 0.0, t1 = 0.0;
+            for (int64_t i = 0; i < n; ++i) {
+                const double y = B[i * ldb + b];
+                t0 += A[i * lda + a] * y;
+                if (two) t1 += A[i * lda + a + 1] * y;
+            }
+            out[a * nb + b] += t0;
+            if (two) out[(a + 1) * nb + b] += t1;
+        }
+    }
+}
+
+inline void tn_products(const double* A, int64_t lda, int64_t na, const double* B, int64_t ldb, int64_t nb,
+                        int64_t n, double* out, bool lower) {
+    for (int64_t i = 0; i < n; i += kRowBlock) {
+        const int64_t rows = n - i < kRowBlock ? n - i : kRowBlock;
+        tn_block(A + i * lda, lda, na, B + i * ldb, ldb, nb, rows, out, lower);
+    }
+}
+
 // The fit rows are owned rows 0, stride, 2 stride, ... (nf of them, d floats each). With
 // base ([nf, d+1]) and base_chol ((d+1)^2): m_out ((d+1) x d) = the map. With rows_out
 // ([nf, d+1]) and chol_out ((d+1)^2): the fit rows as float64 with a trailing 1, and their
@@ -69,33 +142,29 @@ __attribute__((target_clones("avx2", "default")))
 inline int drift_fit(const float* owned, int64_t d, int64_t stride, int64_t nf, const double* base,
                      const double* base_chol, double* m_out, double* rows_out, double* chol_out, double ridge) {
     const int64_t w = d + 1;
-    std::vector<double> row(static_cast<size_t>(w)), cross, gram;
-    if (base) cross.assign(static_cast<size_t>(w * d), 0.0);
-    if (chol_out) gram.assign(static_cast<size_t>(w * w), 0.0);
+    std::vector<double> own_rows, cross, gram;
+    double* r = rows_out;
+    if (!r) {
+        own_rows.resize(static_cast<size_t>(nf * w));
+        r = own_rows.data();
+    }
     bool pos = true;
     for (int64_t i = 0; i < nf; ++i) {
         const float* x = owned + i * stride * d;
-        double* r = rows_out ? rows_out + i * w : row.data();
+        double* ri = r + i * w;
         for (int64_t b = 0; b < d; ++b) {
-            r[b] = static_cast<double>(x[b]);
+            ri[b] = static_cast<double>(x[b]);
             pos = pos && x[b] >= 0.0f;
         }
-        r[d] = 1.0;
-        if (base) {
-            const double* q = base + i * w;
-            for (int64_t a = 0; a < w; ++a) {
-                const double qa = q[a];
-                double* c = cross.data() + a * d;
-                for (int64_t b = 0; b < d; ++b) c[b] += qa * r[b];
-            }
-        }
-        if (chol_out) {
-            for (int64_t a = 0; a < w; ++a) {  // the lower triangle
-                const double ra = r[a];
-                double* g = gram.data() + a * w;
-                for (int64_t b = 0; b <= a; ++b) g[b] += ra * r[b];
-            }
-        }
+        ri[d] = 1.0;
+    }
+    if (base) {
+        cross.assign(static_cast<size_t>(w * d), 0.0);
+        tn_products(base, w, w, r, w, d, nf, cross.data(), false);
+    }
+    if (chol_out) {
+        gram.assign(static_cast<size_t>(w * w), 0.0);
+        tn_products(r, w, w, r, w, w, nf, gram.data(), true);
     }
     if (base) {
         for (int64_t k = 0; k < w * d; ++k) m_out[k] = cross[static_cast<size_t>(k)];

@@ -31,8 +31,8 @@ needs the owned rows, which the agent does not see (on a DPU deployment it would
 with the request: ``(d + 1) x d`` floats).
 
 The arithmetic is compiled (``csrc/drift_fit.hpp`` through :mod:`dgl_sni._ops`): a sync's
-two fits are one pass over the owned rows (float64 sums, the Gram matrix's Cholesky factor
-kept for the next maps), and the moves and scores one call each. Written as numpy it was
+two fits are one call over one float64 copy of the owned rows (the Gram matrix's Cholesky
+factor kept for the next maps), and the moves and scores one call each. Written as numpy it was
 some forty calls per layer whose per-call cost, on partitions of a few hundred rows, was
 most of the time (see ``benchmarks/MEASUREMENTS.md``).
 """
@@ -109,7 +109,7 @@ class DriftTransfer:
         """A sync epoch's work, in order: score the map from the last sync (``cache_rows``:
         the rows served since it; ``agent_rows``: what the agent would have served now,
         ``None``: not scored) against the ``fresh`` rows, then take this sync's ``owned``
-        rows as the base of the next maps; one pass over the owned rows does both fits."""
+        rows as the base of the next maps; one call over the owned rows does both fits."""
         owned = self._rows(owned)
         scoring = self.ready and agent_rows is not None
         m, base, chol, nonneg = _ops.drift_fit_rows(owned, self._stride(owned), self._base if scoring else None,

@@ -18,7 +18,7 @@ def _ridged_gram(rows):
     return gram + np.eye(gram.shape[0]) * RIDGE * max(np.trace(gram) / gram.shape[0], 1e-12)
 
 
-@pytest.mark.parametrize("n, d, stride", [(700, 16, 1), (1000, 8, 3), (40, 4, 1)])
+@pytest.mark.parametrize("n, d, stride", [(700, 16, 1), (1000, 8, 3), (40, 4, 1), (301, 20, 2)])
 def test_the_fit_is_numpys_ridged_least_squares_over_every_stride_th_row(n, d, stride):
     rng = np.random.default_rng(n)
     before = rng.random((n, d), dtype=np.float32)
