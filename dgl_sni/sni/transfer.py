@@ -86,7 +86,7 @@ class DriftTransfer:
     @staticmethod
     def _stride(owned: np.ndarray) -> int:
         """Fit rows are every stride-th owned row: at most ``FIT_ROWS`` of them."""
-        return -(-owned.shape[0] // FIT_ROWS)
+        return max(1, -(-owned.shape[0] // FIT_ROWS))
 
     def on_sync(self, owned: np.ndarray) -> None:
         """Remember the owned rows of a sync epoch (the base of the next maps)."""

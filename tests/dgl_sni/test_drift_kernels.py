@@ -73,6 +73,17 @@ def test_scores_decay_per_row_and_per_layer_from_the_state_before_them():
     assert chosen.any() and not chosen.all()  # the gates were really exercised
 
 
+def test_a_partition_without_owned_rows_still_fits_a_map():
+    """No owned rows (a worker with an empty partition): the ridge alone keeps the fit defined."""
+    from dgl_sni.sni.transfer import DriftTransfer
+
+    tr = DriftTransfer(np.ones(3, dtype=bool))
+    empty = np.zeros((0, 4), np.float32)
+    tr.on_sync(empty)
+    assert tr.ready and not tr._nonneg
+    np.testing.assert_array_equal(tr.fit(empty), np.zeros((5, 4)))
+
+
 def test_bad_inputs_are_refused_by_name():
     rows = np.ones((10, 4), np.float32)
     _, base, chol, _ = _ops.drift_fit_rows(rows + np.eye(10, 4, dtype=np.float32), 1, rebase=True, ridge=RIDGE)
