@@ -286,7 +286,7 @@ class HaloResolver:
         self._average = None  # smoothing > 0: the exponential average of the synced rows
         self._spare = None  # the average before it: the buffer of the next one
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
-        self._scoring = None  # a sync step's transfer work not yet done: (own fit rows, cache, agent rows, fresh)
+        self._scoring = None  # a sync step's transfer work not yet done: (own rows, cache, agent rows, fresh)
 
     # ------------------------------------------------------------------ schedule
     @property
