@@ -24,10 +24,13 @@ an order rotated by one from the previous seed's (:func:`run_order`), so that a 
 the shared host over a sweep favours none of them; the null's epoch over interval 1's is
 printed in the sync/int1 column: what that figure reads between two runs of the same code.
 Finished runs are kept under
-``benchmarks/results/e2e_runs/`` and not rerun.
+``benchmarks/results/e2e_runs/`` and not rerun. The figures over seeds include the 90%
+bootstrap interval of the sync epochs' median; ``--pool a.json,b.json`` trains nothing and
+reads several such sweeps' seeds as one sweep (each seed still judged within its own sweep).
 
     python benchmarks/bench_e2e.py --preset quick
     python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit
+    python benchmarks/bench_e2e.py --pool seeds0-4.json,seeds5-14.json
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ import json
 import os
 import statistics
 import sys
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -173,7 +178,7 @@ def over_seeds(by_seed: dict) -> dict:
     that seed's interval 1): the final test accuracy's difference (mean, lowest, standard
     deviation over the seeds), the time-to-target speed-up (median, lowest; a run that never
     reached it counts as 0), the per-epoch speed-up (median) and its sync epochs over interval
-    1's (median, highest)."""
+    1's (median, highest, and the 90% bootstrap interval of the median: :func:`median_interval`)."""
     out = {}
     names = [r["name"] for r in next(iter(by_seed.values()))["runs"]]
     for i, name in enumerate(names):
@@ -187,8 +192,54 @@ def over_seeds(by_seed: dict) -> dict:
                          time_to_target_speedup_median=statistics.median(speed), time_to_target_speedup_min=min(speed),
                          epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]),
                          sync_epoch_over_interval1_median=_median(sync),
-                         sync_epoch_over_interval1_max=max(sync) if sync else None)
+                         sync_epoch_over_interval1_max=max(sync) if sync else None,
+                         sync_epoch_over_interval1_interval90=median_interval(sync))
     return out
+
+
+def median_interval(values: list, level: float = 0.90, resamples: int = 4000) -> list | None:
+    """The ``level`` bootstrap interval of the median of ``values`` (percentile method,
+    resampling the seeds with replacement; a fixed generator, so a result file always reads
+    the same): how far the median of a sweep of this many seeds could move. ``None`` for
+    fewer than two values."""
+    if len(values) < 2:
+        return None
+    rng = np.random.default_rng(0)
+    medians = np.median(rng.choice(np.asarray(values, dtype=float), (resamples, len(values))), axis=1)
+    tail = (1.0 - level) / 2 * 100
+    return [float(np.percentile(medians, tail)), float(np.percentile(medians, 100 - tail))]
+
+
+def pool(reports: list) -> dict:
+    """The seeds of several result files of ``--seeds`` sweeps as one sweep: per graph and link,
+    every seed's judged runs (each still against its own sweep's interval 1), restricted to the
+    configurations every file ran, and their figures over all the seeds. A seed that two files
+    both ran is refused: its runs would count twice."""
+    pooled = dict(pooled=len(reports), graphs={})
+    keys = []
+    for report in reports:
+        for graph, links in report["graphs"].items():
+            for link in links:
+                if (graph, link) not in keys:
+                    keys.append((graph, link))
+    for graph, link in keys:
+        parts = [r["graphs"][graph][link] for r in reports if link in r["graphs"].get(graph, {})]
+        if any("by_seed" not in part for part in parts):
+            raise ValueError(f"{graph} / {link}: a result file without --seeds has nothing to pool")
+        names = [run["name"] for run in next(iter(parts[0]["by_seed"].values()))["runs"]]
+        for part in parts:
+            for judged in part["by_seed"].values():
+                ran = {run["name"] for run in judged["runs"]}
+                names = [n for n in names if n in ran]
+        by_seed = {}
+        for part in parts:
+            for seed, judged in part["by_seed"].items():
+                if seed in by_seed:
+                    raise ValueError(f"{graph} / {link}: seed {seed} is in more than one result file")
+                runs = {run["name"]: run for run in judged["runs"]}
+                by_seed[seed] = dict(judged, runs=[runs[n] for n in names])
+        pooled["graphs"].setdefault(graph, {})[link] = dict(over_seeds=over_seeds(by_seed), by_seed=by_seed)
+    return pooled
 
 
 def run_order(n: int, group: int) -> list:
@@ -254,14 +305,19 @@ def _print(graph, link, judged, runs, seed=None) -> None:
 
 def _print_seeds(summary: dict) -> None:
     print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'sd':>6s} {'x target med':>12s} "
-          f"{'min':>6s} {'x epoch':>8s} {'sync/int1 med':>13s} {'max':>5s}")
+          f"{'min':>6s} {'x epoch':>8s} {'sync/int1 med':>13s} {'max':>5s} {'90% of med':>11s}")
     for name, r in summary.items():
         print(f"              {name:16s} {_fmt(r['final_test_delta_mean'], '+.4f'):>15s} "
               f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['final_test_delta_sd'], '.4f'):>6s} "
               f"{_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
               f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s} "
               f"{_fmt(r['sync_epoch_over_interval1_median'], '.2f'):>13s} "
-              f"{_fmt(r['sync_epoch_over_interval1_max'], '.2f'):>5s}", flush=True)
+              f"{_fmt(r['sync_epoch_over_interval1_max'], '.2f'):>5s} "
+              f"{_interval(r.get('sync_epoch_over_interval1_interval90')):>11s}", flush=True)
+
+
+def _interval(bounds) -> str:
+    return "-" if bounds is None else f"{bounds[0]:.2f}-{bounds[1]:.2f}"
 
 
 def main(argv=None) -> int:
@@ -275,7 +331,12 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds: every configuration once per "
                                                           "seed, judged against that seed's interval 1")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/e2e-PRESET.json)")
+    parser.add_argument("--pool", default=None, metavar="FILES",
+                        help="comma-separated result files of --seeds sweeps: train nothing, print and write "
+                             "their seeds' figures as one sweep (default out benchmarks/results/e2e-pooled.json)")
     ns = parser.parse_args(argv)
+    if ns.pool:
+        return _pool_files(parser, ns.pool.split(","), ns.out or os.path.join(RESULTS, "e2e-pooled.json"))
     preset = PRESETS[ns.preset]
     graphs = ns.graphs.split(",") if ns.graphs else preset["graphs"]
     unknown = [g for g in graphs if g not in GRAPHS]
@@ -297,6 +358,32 @@ def main(argv=None) -> int:
     out = ns.out or os.path.join(RESULTS, f"e2e-{ns.preset}.json")
     with open(out, "w") as fh:
         json.dump(report, fh, indent=1)
+    print(f"wrote {out}")
+    return 0
+
+
+def _pool_files(parser, paths: list, out: str) -> int:
+    reports = []
+    for path in paths:
+        try:
+            with open(path) as fh:
+                reports.append(json.load(fh))
+        except (OSError, ValueError) as err:
+            parser.error(f"--pool: cannot read result file {path}: {err}")
+        if not isinstance(reports[-1], dict) or "graphs" not in reports[-1]:
+            parser.error(f"--pool: {path} is not a bench_e2e result file (no 'graphs')")
+    try:
+        pooled = pool(reports)
+    except ValueError as err:
+        parser.error(f"--pool: {err}")
+    pooled["files"] = paths
+    for graph, links in pooled["graphs"].items():
+        for link, part in links.items():
+            print(f"{graph} / {link}: {len(part['by_seed'])} seeds from {len(paths)} files", flush=True)
+            _print_seeds(part["over_seeds"])
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(pooled, fh, indent=1)
     print(f"wrote {out}")
     return 0
 

@@ -1,6 +1,9 @@
 """The end-to-end benchmark's judging: time to target, speed-ups and the figures over seeds."""
+import json
 import os
 import sys
+
+import pytest
 
 from conftest import ROOT
 
@@ -135,3 +138,62 @@ def test_each_seed_runs_its_configurations_in_a_rotated_order_and_judges_them_by
     assert summary["stale"]["sync_epoch_over_interval1_max"] == max(
         by_seed[str(s)]["runs"][2]["sync_epoch_over_interval1"] for s in (7, 8, 9))
     assert summary["interval1"]["sync_epoch_over_interval1_median"] is None
+
+
+def _sync_seed(stale_sync_s, extra=()):
+    """A seed whose stale run's sync epochs take ``stale_sync_s`` against interval 1's 1.0 s."""
+    runs = [_run("interval1", 1.0, [0.5, 0.8, 0.9], 0.88), _run("stale", stale_sync_s, [0.5, 0.89, 0.9], 0.87, 2)]
+    runs += [_run(name, 0.7, [0.5, 0.89, 0.9], 0.87, 2) for name in extra]
+    return dict(bench_e2e.compare(runs, "1gbit", 4), runs=runs)
+
+
+def test_the_sync_epochs_median_comes_with_its_bootstrap_interval():
+    ratios = [0.9, 1.0, 1.02, 1.05, 1.3]
+    summary = bench_e2e.over_seeds({s: _sync_seed(r) for s, r in enumerate(ratios)})["stale"]
+    low, high = summary["sync_epoch_over_interval1_interval90"]
+    assert abs(summary["sync_epoch_over_interval1_median"] - 1.02) < 1e-12
+    assert 0.9 <= low < 1.02 < high <= 1.3  # a sweep of 5 seeds could read its median anywhere here
+    assert bench_e2e.median_interval(ratios) == [low, high]  # a fixed generator: files read the same
+    assert bench_e2e.median_interval([1.1, 1.1, 1.1]) == [1.1, 1.1]
+    assert bench_e2e.median_interval([1.1]) is None and bench_e2e.median_interval([]) is None
+    wide = bench_e2e.median_interval(ratios, level=0.99)
+    assert wide[0] <= low and wide[1] >= high
+
+
+def test_pooled_sweeps_are_one_sweep_of_their_seeds_and_a_seed_counts_once():
+    first = dict(graphs={"cora": {"1gbit": dict(by_seed={"0": _sync_seed(1.0), "1": _sync_seed(1.1)})}})
+    second = dict(graphs={"cora": {"1gbit": dict(by_seed={"2": _sync_seed(0.9, ["f32"]),
+                                                          "3": _sync_seed(1.2, ["f32"])})},
+                          "syn200k": {"1gbit": dict(by_seed={"0": _sync_seed(0.6)})}})
+    pooled = bench_e2e.pool([first, second])
+    cora = pooled["graphs"]["cora"]["1gbit"]
+    assert sorted(cora["by_seed"]) == ["0", "1", "2", "3"]
+    # only the configurations every file ran are pooled, in the first file's order
+    assert [r["name"] for r in cora["by_seed"]["3"]["runs"]] == ["interval1", "stale"]
+    assert set(cora["over_seeds"]) == {"interval1", "stale"}
+    stale = cora["over_seeds"]["stale"]
+    assert stale["seeds"] == 4 and abs(stale["sync_epoch_over_interval1_median"] - 1.05) < 1e-12
+    assert abs(stale["sync_epoch_over_interval1_max"] - 1.2) < 1e-12
+    assert pooled["graphs"]["syn200k"]["1gbit"]["over_seeds"]["stale"]["seeds"] == 1
+    with pytest.raises(ValueError, match="seed 0 is in more than one result file"):
+        bench_e2e.pool([first, first])
+    unseeded = dict(graphs={"cora": {"1gbit": _sync_seed(1.0)}})
+    with pytest.raises(ValueError, match="without --seeds"):
+        bench_e2e.pool([first, unseeded])
+
+
+def test_pool_refuses_a_file_that_is_not_a_result_by_name(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("[1, 2]")
+    with pytest.raises(SystemExit):
+        bench_e2e.main(["--pool", str(bad), "--out", str(tmp_path / "out.json")])
+    assert "is not a bench_e2e result file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_e2e.main(["--pool", str(tmp_path / "absent.json")])
+    assert "cannot read result file" in capsys.readouterr().err
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(dict(graphs={"cora": {"1gbit": dict(by_seed={"0": _sync_seed(1.0),
+                                                                            "1": _sync_seed(1.1)})}})))
+    assert bench_e2e.main(["--pool", str(good), "--out", str(tmp_path / "out.json")]) == 0
+    out = json.loads((tmp_path / "out.json").read_text())
+    assert out["files"] == [str(good)] and out["graphs"]["cora"]["1gbit"]["over_seeds"]["stale"]["seeds"] == 2
