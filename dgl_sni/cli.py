@@ -73,8 +73,8 @@ class _ProgressTail:
         self.path, self.offset, self.summary, self.run = path, 0, None, ""
         self.bar = None
         if not quiet:
-            from tqdm import tqdm
-            self.bar = tqdm(total=epochs, desc="starting cluster", unit="epoch", file=sys.stderr)
+            from .progress import progress_bar
+            self.bar = progress_bar(epochs, "starting cluster")
 
     def poll(self) -> None:
         if not os.path.exists(self.path):
@@ -91,11 +91,11 @@ class _ProgressTail:
             elif event["event"] == "run" and self.bar is not None:
                 self.run = f"run {event['index'] + 1}/{event['count']} "
             elif event["event"] == "epoch" and self.bar is not None:
-                self.bar.set_description(self.run + event["mode"])
+                self.bar.set_description(self.run + event["mode"], refresh=False)
                 post = dict(loss=f"{event['loss']:.4f}")
                 if "val_acc" in event:
                     post["val"] = f"{event['val_acc']:.3f}"
-                self.bar.set_postfix(post)
+                self.bar.set_postfix(post, refresh=False)  # drawn by update, at its interval
                 self.bar.update(1)
             elif event["event"] == "done":
                 self.summary = event["summary"]

@@ -44,6 +44,19 @@ class EpochGate:
 EPOCH_EVENT = ("epoch", "mode", "loss", "train_acc", "eval_train_acc", "val_acc", "test_acc")
 
 
+LOG_INTERVAL_S = 10.0  # a progress bar written to a log (not a terminal) redraws at most this often
+
+
+def progress_bar(total: int, desc: str, file=None):
+    """A tqdm bar on ``file`` (stderr): redrawn as tqdm does on a terminal, and at most every
+    :data:`LOG_INTERVAL_S` seconds where the stream is a log file or a pipe (a scheduler's
+    job log would otherwise get a redraw per epoch)."""
+    from tqdm import tqdm
+    file = sys.stderr if file is None else file
+    return tqdm(total=total, desc=desc, unit="epoch", file=file,
+                mininterval=0.1 if file.isatty() else LOG_INTERVAL_S)
+
+
 def emit(path: str, obj: dict) -> None:
     with open(path, "a") as fh:
         fh.write(json.dumps(obj) + "\n")
@@ -55,8 +68,7 @@ class Progress:
     def __init__(self, total_epochs: int, quiet: bool, path):
         self.path, self.bar = path, None
         if path is None and not quiet:
-            from tqdm import tqdm
-            self.bar = tqdm(total=total_epochs, desc="train", unit="epoch", file=sys.stderr)
+            self.bar = progress_bar(total_epochs, "train")
 
     def begin_run(self, index: int, count: int) -> None:
         if self.path and count > 1:
@@ -67,7 +79,8 @@ class Progress:
         if self.path:
             emit(self.path, dict(event="epoch", **{k: rec[k] for k in EPOCH_EVENT if k in rec}))
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}")
+            self.bar.set_postfix(loss=f"{rec['loss']:.4f}", val=f"{rec.get('val_acc', float('nan')):.3f}",
+                                refresh=False)  # drawn by update, at its interval
             self.bar.update(1)
 
     def close(self, summary: dict) -> None:
