@@ -88,12 +88,6 @@ class DriftTransfer:
         """Fit rows are every stride-th owned row: at most ``FIT_ROWS`` of them."""
         return max(1, -(-owned.shape[0] // FIT_ROWS))
 
-    def on_sync(self, owned: np.ndarray) -> None:
-        """Remember the owned rows of a sync epoch (the base of the next maps)."""
-        owned = self._rows(owned)
-        _, self._base, self._chol, self._nonneg = _ops.drift_fit_rows(owned, self._stride(owned), rebase=True,
-                                                                      ridge=self.ridge)
-
     def fit(self, owned: np.ndarray) -> np.ndarray:
         """The map ``M`` taking the last sync's owned rows to ``owned`` (this step's):
         ``[owned_sync, 1] @ M ~ owned``, ``M`` of shape ``(d + 1, d)``."""
@@ -104,12 +98,13 @@ class DriftTransfer:
         """The sampled halo rows moved by this step's map: ``[n_sampled, d]``."""
         return _ops.drift_move_rows(self._rows(cache_rows), self.sampled, self.fit(owned), self._nonneg)
 
-    def sync(self, owned: np.ndarray, cache_rows: np.ndarray, agent_rows: np.ndarray | None,
-             fresh: np.ndarray) -> None:
+    def sync(self, owned: np.ndarray, cache_rows: np.ndarray | None = None, agent_rows: np.ndarray | None = None,
+             fresh: np.ndarray | None = None) -> None:
         """A sync epoch's work, in order: score the map from the last sync (``cache_rows``:
         the rows served since it; ``agent_rows``: what the agent would have served now,
         ``None``: not scored) against the ``fresh`` rows, then take this sync's ``owned``
-        rows as the base of the next maps; one call over the owned rows does both fits."""
+        rows as the base of the next maps; one call over the owned rows does both fits.
+        ``sync(owned)`` only takes the base (the first sync, or nothing to score)."""
         owned = self._rows(owned)
         scoring = self.ready and agent_rows is not None
         m, base, chol, nonneg = _ops.drift_fit_rows(owned, self._stride(owned), self._base if scoring else None,

@@ -79,7 +79,7 @@ def test_a_partition_without_owned_rows_still_fits_a_map():
 
     tr = DriftTransfer(np.ones(3, dtype=bool))
     empty = np.zeros((0, 4), np.float32)
-    tr.on_sync(empty)
+    tr.sync(empty)
     assert tr.ready and not tr._nonneg
     np.testing.assert_array_equal(tr.fit(empty), np.zeros((5, 4)))
 

@@ -62,12 +62,12 @@ def test_drift_transfer_moves_cached_rows_like_owned_rows():
     sampled[::2] = True
     tr = DriftTransfer(sampled)
     assert not tr.ready
-    tr.on_sync(_moved(owned0, 0))
+    tr.sync(_moved(owned0, 0))
     moved = tr.transferred(_moved(halo0, 0), _moved(owned0, 3))
     np.testing.assert_allclose(moved, _moved(halo0, 3)[sampled], atol=1e-4)  # the same map, recovered
     assert moved.shape == (15, 6)
     # non-negative owned rows (after a ReLU): transferred rows are clamped at 0
-    tr.on_sync(np.abs(owned0))
+    tr.sync(np.abs(owned0))
     assert (tr.transferred(-np.abs(halo0), np.abs(owned0)) >= 0).all()
     with pytest.raises(ValueError, match="owned rows changed"):
         tr.transferred(halo0, owned0[:100])
