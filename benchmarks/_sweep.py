@@ -13,19 +13,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _wanted(run: dict, dataset_args: list, workers: int, base_args=()) -> dict:
     """Every sweepable setting of ``run`` as the trainers will see it (the run's own values,
-    the defaults elsewhere), with the workers and the dataset flags: a finished run is reused
+    its preset's and the defaults elsewhere), with the workers and the dataset flags: a finished run is reused
     only when all of them match, so a changed default never reuses a run made under the old one."""
     from dgl_sni.config import SWEEPABLE, add_train_arguments, from_args
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
     flags = list(map(str, dataset_args))
-    base = from_args(parser.parse_args(flags + ["--workers", str(workers), *map(str, base_args)])).as_dict()
-    wanted = {k: base[k] for k in SWEEPABLE}
-    wanted.update(run, workers=workers)
+    base = from_args(parser.parse_args(flags + ["--workers", str(workers), *map(str, base_args)]))
+    config = base.with_settings(run).as_dict()  # as the trainers expand it (the run's preset included)
+    wanted = {k: config[k] for k in SWEEPABLE}
+    wanted["workers"] = workers
     for flag in flags[::2]:  # as parsed: a stored 20.0 matches --avg-degree 20
         key = flag.lstrip("-").replace("-", "_")
-        wanted[key] = base[key]
+        wanted[key] = config[key]
     return {k: str(v) for k, v in wanted.items()}
 
 

@@ -64,15 +64,15 @@ GRAPHS = {
 }
 # interval 1 first: the others are judged against it
 CONFIGS = [
-    dict(name="interval1", sync_interval=1),
+    dict(name="interval1", preset="exact"),
     # the null of every paired figure: exact training again, from the same weights, with other
     # dropout masks; its final-test differences are what two exact runs of a seed differ by
-    dict(name="int1-masks", sync_interval=1, dropout_stream=1),
-    # dgl-sni train's stale defaults at the interval the README recommends (2)
-    dict(name="stale-default", sync_interval=2),
-    dict(name="interval5", sync_interval=5),  # the same defaults, fewer syncs
-    # the stale defaults before summed halo rows and smoothed sync gradients, for comparison
-    dict(name="before", sync_interval=5, warmup=20, stale_grad="exchange", stale_halo="rows"),
+    dict(name="int1-masks", preset="exact", dropout_stream=1),
+    # dgl-sni train's fast preset
+    dict(name="stale-default", preset="fast"),
+    dict(name="interval5", preset="fast", sync_interval=5),  # the same settings, fewer syncs
+    # the stale settings before summed halo rows and smoothed sync gradients, for comparison
+    dict(name="before", preset="fast", sync_interval=5, warmup=20, stale_grad="exchange", stale_halo="rows"),
 ]
 PRESETS = {
     "quick": dict(graphs=["syn20k"], links=["unshaped", "1gbit"], workers=2, epochs=40),
@@ -346,9 +346,10 @@ def main(argv=None) -> int:
     if ns.configs:
         with open(ns.configs) as fh:
             configs = json.load(fh)
-        first = configs[0] if configs else {}
-        if any("name" not in c for c in configs) or first.get("sync_interval", 1) != 1 \
-                or first.get("sync_policy", "fixed") == "pipeline" or first.get("quantize"):
+        from dgl_sni.config import TrainConfig
+        first = TrainConfig.from_dict({k: v for k, v in (configs[0] if configs else {}).items() if k != "name"}).sni
+        if any("name" not in c for c in configs) or first.sync_interval != 1 \
+                or first.sync_policy == "pipeline" or first.quantize:
             parser.error("--configs needs a list of entries with a 'name', the first exact (sync_interval 1, "
                          "not pipelined or quantized)")
     report = run(ns.preset, graphs, ns.links.split(",") if ns.links else preset["links"],

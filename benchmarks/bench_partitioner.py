@@ -9,7 +9,7 @@ CiteSeer from ``../shared/data``, p = 4. Methods: ``switching`` (ours, defaults)
 ``switching-plain`` (ours with ``levels=0``, the single-level algorithm of the issue),
 ``metis`` (``dgl.metis_partition_assignment``) and ``random``.
 
-Acceptance (issue 4, item 4): our peak memory over the loaded graph <= 1/10 of METIS's,
+Target: our peak memory over the loaded graph <= 1/10 of METIS's,
 and our edge cut <= 1.5x METIS's on every graph.
 
 Writes ``benchmarks/results/partitioner.json`` and ``partitioner.png``.

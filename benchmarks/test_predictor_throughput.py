@@ -43,18 +43,14 @@ import gc
 import json
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 import pytest
 
 from dpu_agent import TrendPredictor
-
 # the numpy reference is the tests' oracle and lives beside them (not an installed module)
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(_REPO, "tests", "dpu_agent"))
-from numpy_ref import NumpyTrendPredictor  # noqa: E402
+from tests.dpu_agent.numpy_ref import NumpyTrendPredictor
 
 NUM_NODES = int(os.environ.get("SNI_PRED_BENCH_NODES", 1_000_000))
 PROBE = min(256, NUM_NODES // 4)   # nodes never timed, to check compiled == numpy at the end

@@ -1,10 +1,11 @@
 """Full-graph GNN layers and models over a :class:`~storage_tier.block.GraphBlock`.
 
 A layer maps source rows to destination rows (``layer(block, h_src) -> h_dst``); the
-model is a stack of layers plus the places where the caller must supply source rows
-for the next layer (``exchange``). The same model object runs in the single-process
-reference (the block spans the whole graph, ``exchange`` is the identity) and in a
-distributed trainer (``exchange`` writes the owned rows and pulls the halo rows).
+model is a stack of layers that take the halo rows of their inputs through one interface
+(:class:`~dgl_sni.halo.rows.HaloRows`). The same model object runs in the single-process
+reference (the block spans the whole graph: :class:`~dgl_sni.halo.rows.WholeGraph`) and
+in a distributed trainer (the exchange writes the owned rows and brings the halo rows in
+the form the step's plan says).
 """
 from __future__ import annotations
 
@@ -20,7 +21,6 @@ import dgl_sni  # noqa: F401
 import dgl.ops as dops
 from dgl.nn.functional import edge_softmax
 
-from storage_tier.protocols import HaloExchange, NoExchange
 
 from storage_tier.block import GraphBlock, ReverseBlock
 from .aggregate import copy_u_sum
@@ -30,7 +30,8 @@ from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
 
-from .halo.sums import HaloSplit, HaloSums, SplitHalo  # noqa: F401 (HaloSplit, HaloSums: annotations)
+from .halo.rows import Form, HaloRows, WholeGraph
+from .halo.sums import BlockSplit  # noqa: F401 (annotations)
 
 
 class HaloLinear(abc.ABC):
@@ -61,10 +62,10 @@ class HaloLinear(abc.ABC):
     def halo_scale(self, block: GraphBlock) -> torch.Tensor | None: ...
 
     @abc.abstractmethod
-    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor: ...
+    def local_sum(self, split: "BlockSplit", h_own: torch.Tensor) -> torch.Tensor: ...
 
     @abc.abstractmethod
-    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+    def combine(self, split: "BlockSplit", h_own: torch.Tensor, local: torch.Tensor,
                 halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor: ...
 
     @abc.abstractmethod
@@ -96,7 +97,7 @@ class HaloLinear(abc.ABC):
         Adds the unit's share to the parameters' ``.grad``; returns the gradient of ``x``
         if ``input_grad``. Equals autograd through ``forward`` to float rounding."""
 
-    def forward_summed(self, split: "HaloSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
+    def forward_summed(self, split: "BlockSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
         return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
 
     def dropped_forward(self, block: GraphBlock, h_src: torch.Tensor, drop: "KeyedDropper | None",
@@ -106,7 +107,7 @@ class HaloLinear(abc.ABC):
         h = h_src if drop is None else drop(h_src, block.src_keys, "feat")
         return self(block, h, drop, act)
 
-    def dropped_local_sum(self, split: "HaloSplit", h: torch.Tensor,
+    def dropped_local_sum(self, split: "BlockSplit", h: torch.Tensor,
                           drop: "KeyedDropper | None") -> "tuple[torch.Tensor | None, torch.Tensor]":
         """The owned rows ``h`` through the layer's input dropout ``drop`` (``None``: none)
         and :meth:`local_sum`: ``(owned rows for combine, local sum)``. A layer may fuse the
@@ -173,7 +174,7 @@ class GCNLayer(nn.Module, HaloLinear):
     def projects_first(self) -> bool:
         return self.weight.shape[0] > self.weight.shape[1]
 
-    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
+    def local_sum(self, split: "BlockSplit", h_own: torch.Tensor) -> torch.Tensor:
         local = split.local
         if self.projects_first():
             return copy_u_sum(local.graph, project(h_own, self.weight, local.src_norm))
@@ -197,7 +198,7 @@ class GCNLayer(nn.Module, HaloLinear):
     def project_halo(self, rows: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
         return project(rows, self.weight, scale)
 
-    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+    def combine(self, split: "BlockSplit", h_own: torch.Tensor, local: torch.Tensor,
                 halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor:
         if self.projects_first():
             add = halo_sum if halo_projected else project(halo_sum, self.weight)
@@ -280,14 +281,14 @@ class SAGELayer(nn.Module, HaloLinear):
     def projects_first(self) -> bool:
         return self.fc_neigh.in_features > self.fc_neigh.out_features
 
-    def local_sum(self, split: "HaloSplit", h_own: torch.Tensor) -> torch.Tensor:
+    def local_sum(self, split: "BlockSplit", h_own: torch.Tensor) -> torch.Tensor:
         graph = split.local.graph
         return copy_u_sum(graph, self.fc_neigh(h_own) if self.projects_first() else h_own)
 
     def project_halo(self, rows: torch.Tensor, scale: torch.Tensor | None = None) -> torch.Tensor:
         return self.fc_neigh(rows if scale is None else rows * scale)
 
-    def combine(self, split: "HaloSplit", h_own: torch.Tensor, local: torch.Tensor,
+    def combine(self, split: "BlockSplit", h_own: torch.Tensor, local: torch.Tensor,
                 halo_sum: torch.Tensor, halo_projected: bool = False, act: str | None = None) -> torch.Tensor:
         fc = self.fc_neigh
         if self.projects_first():
@@ -374,18 +375,17 @@ def keyed_dropper(p: float, seed: int, step: int, layer: int) -> KeyedDropper:
     return KeyedDropper(p, seed, step, layer)
 
 
-identity_exchange = NoExchange()  # single process: the destination rows are every source row
+identity_exchange = WholeGraph()  # single process: the destination rows are every source row
 
 
 class FullGraphGNN(nn.Module):
     """A stack of GCN/SAGE/GAT layers trained on whole graphs (or whole partitions).
 
-    ``forward(block, x_src, exchange)``: ``x_src`` are the input rows of every source
-    node; before layer ``l >= 1`` the owned rows of layer ``l-1`` go through
-    ``exchange(l, h_dst)``, which must return the full source rows (owned + halo).
-    Dropout is applied to each layer's input rows after the exchange (and to GAT's
-    attention), keyed by node (edge) and by ``(seed, step, layer)``, so its masks do
-    not depend on how the graph is partitioned.
+    ``forward(block, x_src, halo)``: ``x_src`` are the input rows of every source node;
+    layer ``l >= 1`` takes the halo rows of its input through ``halo``
+    (:class:`~dgl_sni.halo.rows.HaloRows`) in the form the step's plan gives. Dropout is
+    keyed by node (edge) and by ``(seed, step, layer)``, so its masks do not depend on how
+    the graph is partitioned.
     """
 
     def __init__(self, model: str, in_dim: int, hidden: int, num_classes: int,
@@ -416,23 +416,36 @@ class FullGraphGNN(nn.Module):
         """Width of the rows exchanged before layer ``l`` for ``l = 1..L-1``."""
         return [layer.out_dim for layer in self.layers[:-1]]
 
-    def forward(self, block: GraphBlock, x_src: torch.Tensor,
-                exchange: HaloExchange = identity_exchange, step: int = 0,
-                dropout_seed: int = 0, split: "HaloSplit | None" = None) -> torch.Tensor:
-        """With ``split`` (``block``'s :class:`~dgl_sni.halo.sums.HaloSplit`) and an exchange
-        that can hand halo rows apart (:class:`~dgl_sni.halo.sums.SplitHalo`), the GCN and
-        SAGE layers above the input aggregate their owned rows while the halo rows travel."""
-        apart = split is not None and isinstance(exchange, SplitHalo) and exchange.takes_rows_apart()
-        h = x_src
+    def forward(self, block: GraphBlock, x_src: torch.Tensor, halo: HaloRows = identity_exchange,
+                step: int = 0, dropout_seed: int = 0, split: "BlockSplit | None" = None) -> torch.Tensor:
+        """The model over ``block``: ``x_src`` are the input rows of every source node. Each
+        layer takes its halo rows in the form ``halo.form(layer)`` says
+        (:class:`~dgl_sni.halo.rows.Form`): ``ROWS``, the whole block (``halo(l, owned)`` returns
+        its source rows); ``APART`` (GCN, SAGE; ``split`` is the block's
+        :class:`~dgl_sni.halo.sums.BlockSplit`), the owned rows aggregated while the halo rows
+        travel, then their dropped sum; ``SUM``, the undropped sum of the halo rows (of the input
+        features for layer 0: they never change, only their dropout would), as a stale step
+        takes them (:mod:`dgl_sni.halo.sums`). Dropout is applied to each layer's input rows
+        (and to GAT's attention), keyed by node (edge) and by ``(seed, step, layer)``."""
+        summed_input = halo.form(0) is Form.SUM
+        h = split.x_own if summed_input else x_src
         for i, layer in enumerate(self.layers):
             drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
-            if i == 0 and drop is None and isinstance(layer, HaloLinear):
+            form = Form.SUM if i == 0 and summed_input else halo.form(i) if i > 0 else Form.ROWS
+            if form is not Form.ROWS and not isinstance(layer, HaloLinear):
+                if form is Form.SUM:
+                    raise ValueError(f"{self.model_name.upper()} is not linear in its halo rows: it cannot "
+                                     "take summed halo rows (use --stale-halo rows)")
+                form = Form.ROWS  # GAT attends over every halo row
+            if form is Form.SUM:
+                h = self._summed(layer, i, h, split, halo, drop, act)
+            elif form is Form.APART:
+                h = self._rows_apart(layer, i, h, split, halo, drop, act)
+            elif i == 0 and drop is None and isinstance(layer, HaloLinear):
                 h = layer.forward_aggregated(block, h, self._input_aggregate(layer, block, h), act)
-            elif i > 0 and apart and isinstance(layer, HaloLinear):
-                h = self._rows_apart(layer, i, h, split, exchange, drop, act)
             else:
                 if i > 0:
-                    h = exchange(i, h)
+                    h = halo(i, h)
                 h = self._dropped_forward(layer, block, h, drop, act)
         return h
 
@@ -467,61 +480,42 @@ class FullGraphGNN(nn.Module):
         return self._input_agg[1]
 
     @staticmethod
-    def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "HaloSplit",
-                    exchange: "SplitHalo", drop, act: str | None) -> torch.Tensor:
+    def _rows_apart(layer: "HaloLinear", i: int, h: torch.Tensor, split: "BlockSplit",
+                    halo: HaloRows, drop, act: str | None) -> torch.Tensor:
         """Layer ``i`` over owned rows ``h`` and halo rows taken apart: the pull is sent, the
         owned rows are dropped and aggregated, then the halo rows are received and summed as
         they are dropped (the masks keyed by node, as over the whole block), in one pass over
         the halo edges that also sums them undropped where a sync step keeps that sum for the
-        stale steps (:meth:`SplitHalo.halo_sum`). A layer that projects first projects the sum
-        (one row per owned node, not per halo row), as a summed pass does."""
-        h = exchange.start_halo(i, h)
+        stale steps (:meth:`~dgl_sni.halo.rows.HaloRows.halo_sum`). A layer that projects first
+        projects the sum (one row per owned node, not per halo row), as a summed pass does."""
+        h = halo.start_halo(i, h)
         h_own, local = layer.dropped_local_sum(split, h, drop)
         scale = layer.halo_scale(split.halo)
         mask = None if drop is None else drop.mask(split.halo.src_keys, "feat")
-        return layer.combine(split, h_own, local, exchange.halo_sum(i, h, split, scale, mask), act=act)
+        return layer.combine(split, h_own, local, halo.halo_sum(i, h, split, scale, mask), act=act)
 
     @property
     def sums_halo_rows(self) -> bool:
-        """Every layer is linear in its halo rows (GCN, SAGE): :meth:`forward_summed` applies."""
+        """Every layer is linear in its halo rows (GCN, SAGE): they can take them summed."""
         return all(isinstance(layer, HaloLinear) for layer in self.layers)
 
-    def forward_summed(self, split: "HaloSplit", halo: "HaloSums", step: int = 0,
-                       dropout_seed: int = 0, rows: "tuple[GraphBlock, HaloExchange] | None" = None) -> torch.Tensor:
-        """A training pass whose layers take the sum of their halo rows (a stale step, see
-        :mod:`dgl_sni.halo.sums`): the owned rows only, dropped as in :meth:`forward`, and
-        per layer the halo sum, of the input features (fixed) or from ``halo.halo_sum``
-        (asked for with ``halo.start_halo`` before the owned rows are aggregated, so the
-        rows it needs travel meanwhile).
-        With ``rows`` (the whole block and its exchange), only the input layer takes the sum;
-        the layers above take their halo rows as rows, as in :meth:`forward` (a sync step of
-        a run whose stale steps sum: the input rows never change, only their dropout would)."""
-        if not self.sums_halo_rows:
-            raise ValueError(f"{self.model_name.upper()} is not linear in its halo rows: its stale steps "
-                             "cannot take summed halo rows (use --stale-halo rows)")
-        h = split.x_own
-        for i, layer in enumerate(self.layers):
-            drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
-            if i > 0 and rows is not None:
-                block, exchange = rows
-                if isinstance(exchange, SplitHalo) and exchange.takes_rows_apart():
-                    # owned rows aggregated while the halo rows travel; a sync step keeps their
-                    # undropped sum for the stale steps (SplitHalo.halo_sum)
-                    h = self._rows_apart(layer, i, h, split, exchange, drop, act)
-                else:
-                    h = self._dropped_forward(layer, block, exchange(i, h), drop, act)
-            else:
-                scale = layer.halo_scale(split.halo)
-                if i > 0:  # the halo rows (if needed) travel while the owned rows are aggregated
-                    h = halo.start_halo(i, h)
-                h_own, local = layer.dropped_local_sum(split, h, drop)
-                if i == 0 and layer.projects_first():  # only the rows with a halo in-edge
-                    halo_sum = split.spread(layer.project_halo(split.static_rows(scale)))
-                    h = layer.combine(split, h_own, local, halo_sum, halo_projected=True, act=act)
-                    continue
-                halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
-                h = layer.combine(split, h_own, local, halo_sum, act=act)
-        return h
+    @staticmethod
+    def _summed(layer: "HaloLinear", i: int, h: torch.Tensor, split: "BlockSplit", halo: HaloRows,
+                drop, act: str | None) -> torch.Tensor:
+        """Layer ``i`` over the owned rows ``h`` (dropped as over the whole block) and the sum of
+        its halo rows: the input features' (fixed; for a layer that projects first only the
+        rows with a halo in-edge are projected), or ``halo.halo_sum``'s, asked for with
+        ``halo.start_halo`` before the owned rows are aggregated, so rows the sum needs travel
+        meanwhile."""
+        scale = layer.halo_scale(split.halo)
+        if i > 0:
+            h = halo.start_halo(i, h)
+        h_own, local = layer.dropped_local_sum(split, h, drop)
+        if i == 0 and layer.projects_first():
+            halo_sum = split.spread(layer.project_halo(split.static_rows(scale)))
+            return layer.combine(split, h_own, local, halo_sum, halo_projected=True, act=act)
+        halo_sum = split.static_sum(scale) if i == 0 else halo.halo_sum(i, h, split, scale)
+        return layer.combine(split, h_own, local, halo_sum, act=act)
 
     def _dropper(self, step: int, layer: int, seed: int):
         if not self.training or self.dropout == 0.0:

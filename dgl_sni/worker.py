@@ -36,7 +36,8 @@ from .collective import GlooCollective
 from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo import id_sets
 from .halo.exchange import KVHaloExchange
-from .halo.sums import choose_sync_halo, halo_in_rows
+from .halo.plan import HaloPlanner, sync_halo_form
+from .halo.wire import HaloWire
 from .halo.tensors import LayerTensors
 from .metrics import Counters, host_steal_s, merge_epoch, peak_rss_mb, summarize, write_metrics
 from .partition import read_meta
@@ -134,18 +135,6 @@ class WorkerSession:
             num_classes = max(self.collective.all_gather_object(int(view.labels.max()) + 1))
         return num_classes
 
-    def sync_halo(self, cfg, view) -> str:
-        """``cfg.sync_sums``, with ``auto`` resolved the same on every trainer from the halo
-        rows of all partitions' input layers and the owned rows they reach (one all-reduce;
-        :func:`~dgl_sni.halo.sums.choose_sync_halo`)."""
-        if cfg.sync_sums != "auto":
-            return cfg.sync_sums
-        block = view.block
-        counts = torch.tensor([float(block.num_src - block.num_dst), float(halo_in_rows(block))],
-                              dtype=torch.float64)
-        counts = self.collective.all_reduce(counts)
-        return choose_sync_halo(int(counts[0]), int(counts[1]))
-
     def run(self, cfg, progress=None) -> dict | None:
         """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
         collective, counters, rank = self.collective, self.counters, self.rank
@@ -156,19 +145,22 @@ class WorkerSession:
                           heads=m.heads).hidden_dims()
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         pipelined = cfg.pipelined and collective.world_size > 1
-        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.quantize_bits, pipelined)
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
         sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
             edge_counts = halo_edge_counts(block_src, view.block.num_dst, view.block.num_src)
             sni = cfg.sni
             agent = sni.start_agent()
-        sync_halo = self.sync_halo(cfg, view)
-        exchange = KVHaloExchange(self.g, owned_gids, halo_gids, tensors, collective, counters,
-                                  sni, agent, edge_counts, seed=m.seed,
-                                  pipeline_from=cfg.sni.warmup if pipelined else None,
-                                  sum_stale=cfg.stale_sums, sync_sums=sync_halo,
-                                  published=self.rows_peers_read(cfg.model.model))
+        sync_halo = sync_halo_form(cfg.sync_sums, view.block, collective)
+        pipeline_from = cfg.sni.warmup if pipelined else None
+        planner = HaloPlanner(sni, counters, halo_gids.numpy(), tensors.dims, agent=agent, edge_counts=edge_counts,
+                              bits=tensors.quantize, tier_backed=tensors.tier_root is not None,
+                              pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo)
+        wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
+                        published=self.rows_peers_read(cfg.model.model),
+                        barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive"))
+        exchange = KVHaloExchange(wire, planner)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)
             if tensors.tier_root:
@@ -184,7 +176,7 @@ class WorkerSession:
             if cfg.tier.storage_tier:
                 trainer.close()  # removes its run directory
             raise
-        exchange.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
+        planner.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      owned_read_by_peers=int(len(self.rows_peers_read(cfg.model.model))),
                      local_edges=view.block.num_edges)
@@ -218,7 +210,7 @@ class WorkerSession:
             summary["resumed_from"] = resumed_from  # epochs 0..resumed_from ran before (its checkpoint)
         if cfg.output.metrics:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
-                          in_effect=dict(quantize=cfg.quantize_bits, smooth=cfg.sni.smoothing,
+                          in_effect=dict(quantize=cfg.sni.quantize, smooth=cfg.sni.smooth,
                                          stale_halo="summed" if cfg.stale_sums else "rows",
                                          sync_halo=sync_halo,
                                          allocator=allocator_in_use()))
@@ -287,7 +279,7 @@ class WorkerSession:
         rec["cpu_s"] = time.process_time() - cpu  # every thread of this trainer process
         if steal is not None:  # the host's cores lost to the hypervisor meanwhile (shared VMs)
             rec["steal_s"] = host_steal_s() - steal
-        exchange.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
+        exchange.planner.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
         evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:
             gate.done()

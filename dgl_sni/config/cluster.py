@@ -18,9 +18,9 @@ class ClusterConfig:
 
     TITLE: ClassVar[str] = "cluster"
 
-    workers: int = option(2, "emulated machines (1 trainer each)")
+    workers: int = option(2, "emulated machines (1 trainer each)", common=True)
     partition: str = option("metis", "how the graph is split over the machines", choices=METHODS)
-    bandwidth: str | None = option(None, "shape each machine's link, e.g. 1gbit")
+    bandwidth: str | None = option(None, "shape each machine's link, e.g. 1gbit", common=True)
     cluster: str = option("auto", "netns: one network+mount namespace per machine (root); loopback: "
                                   "1 machine on 127.0.0.1; auto: netns when root", choices=CLUSTER_MODES)
     port: int = option(30050, "DGL server port on every machine")

@@ -14,13 +14,14 @@ class DataConfig:
 
     TITLE: ClassVar[str] = "data"
 
-    dataset: str = option("synthetic", "synthetic, cora, citeseer, a .npz file or a DGL .bin graph file")
+    dataset: str = option("synthetic", "synthetic, cora, citeseer, a .npz file or a DGL .bin graph file",
+                          common=True)
     data_dir: str | None = option(None, "folder holding cora.npz/citeseer.npz")
-    nodes: int = option(20000, "synthetic: number of nodes")
-    avg_degree: float = option(10.0, "synthetic: directed edges per node")
-    classes: int = option(8, "synthetic: number of classes")
-    feat_dim: int = option(64, "synthetic: feature width")
-    data_seed: int = option(0, "synthetic: graph seed")
+    nodes: int = option(20000, "synthetic: number of nodes", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
+    avg_degree: float = option(10.0, "synthetic: directed edges per node", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
+    classes: int = option(8, "synthetic: number of classes", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
+    feat_dim: int = option(64, "synthetic: feature width", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
+    data_seed: int = option(0, "synthetic: graph seed", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
     feature_norm: str = option("auto", "row-normalise features; auto: when all are non-negative (bag of words)",
                                choices=FEATURE_NORMS)
 

@@ -2,8 +2,10 @@
 
 A field ``some_name`` becomes ``--some-name`` with the field's type, default, choices
 and help. A boolean field is a switch: ``--X`` when it defaults to False, ``--no-X``
-when it defaults to True. Defaults come from an instance of the part, so an owner can
-use other defaults than the part's class (``dgl-sni train`` syncs every epoch).
+when it defaults to True. With ``given_only`` a flag that is not given leaves no value in
+the parsed namespace, so the caller knows which settings were given (the presets fill in
+the rest); the help text then names the default. Options declared ``common`` are listed by
+``--help``; :func:`add_help_all` adds ``--help-all``, which lists every flag.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ def cli_fields(part_type: type) -> list:
     out = []
     for f in fields(part_type):
         opt = option_of(f)
-        if opt.cli:
+        if opt is not None and opt.cli:
             out.append((f, opt, _value_type(hints[f.name])))
     return out
 
@@ -40,19 +42,32 @@ def _value_type(hint) -> type:
     return args[0] if args else hint
 
 
-def add_part_arguments(parser, defaults, *, exclude=(), required=()) -> None:
+def add_part_arguments(parser, defaults, *, exclude=(), required=(), given_only: bool = False,
+                       shown_defaults: dict | None = None) -> None:
     """Add a flag for every field of the part ``defaults`` is an instance of.
 
-    ``exclude``: fields left out; ``required``: fields whose flag must be given.
+    ``exclude``: fields left out; ``required``: fields whose flag must be given;
+    ``given_only``: a flag not given sets nothing (see the module docstring); its help names
+    the default, or ``shown_defaults[name]`` where a preset decides it.
     """
     for f, opt, kind in cli_fields(type(defaults)):
         if f.name in exclude:
             continue
         default = getattr(defaults, f.name)
         text = argparse.SUPPRESS if opt.hidden else opt.help
+        if given_only and not opt.hidden:
+            shown = (shown_defaults or {}).get(f.name, default)
+            if kind is not bool and shown is not None and shown != "":
+                text = f"{text} (default: {shown})".replace("%", "%%")
+        full = text
+        if given_only and not opt.common and not opt.hidden:
+            text = argparse.SUPPRESS  # listed by --help-all only
         if kind is bool:
             action = "store_false" if default else "store_true"
-            parser.add_argument(switch_name(f.name, default), dest=f.name, action=action, help=text)
+            kwargs = dict(default=argparse.SUPPRESS) if given_only else {}
+            added = parser.add_argument(switch_name(f.name, default), dest=f.name, action=action, help=text,
+                                        **kwargs)
+            added.full_help = full
             continue
         kwargs = dict(dest=f.name, help=text)
         if kind in (int, float):
@@ -62,22 +77,26 @@ def add_part_arguments(parser, defaults, *, exclude=(), required=()) -> None:
         if f.name in required:
             kwargs["required"] = True
         else:
-            kwargs["default"] = default
-        parser.add_argument(flag_name(f.name), **kwargs)
+            kwargs["default"] = argparse.SUPPRESS if given_only else default
+        parser.add_argument(flag_name(f.name), **kwargs).full_help = full
 
 
-def part_argv(part, defaults) -> list:
-    """Flags that make :func:`add_part_arguments` (with ``defaults``) parse back to ``part``."""
-    argv = []
-    for f, _opt, kind in cli_fields(type(part)):
-        value = getattr(part, f.name)
-        if kind is bool:
-            default = getattr(defaults, f.name)
-            if value != default:
-                argv.append(switch_name(f.name, default))
-        elif value is not None:
-            argv += [flag_name(f.name), str(value)]
-    return argv
+class _HelpAll(argparse.Action):
+    """``--help-all``: the help with every flag, then exit."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for action in parser._actions:
+            action.help = getattr(action, "full_help", action.help)
+        parser.print_help()
+        parser.exit()
+
+
+def add_help_all(parser) -> None:
+    """``--help-all`` on ``parser`` (``--help`` lists the common flags only)."""
+    parser.add_argument("--help-all", action=_HelpAll, help="show every flag and exit")
 
 
 def part_values(part) -> dict:

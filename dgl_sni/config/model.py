@@ -16,19 +16,20 @@ class ModelConfig:
 
     TITLE: ClassVar[str] = "model and optimiser"
 
-    model: str = option("gcn", "GNN architecture", choices=MODEL_NAMES, sweep=True)
-    layers: int = option(2, "GNN layers", sweep=True)
-    hidden: int = option(16, "hidden width (per head for GAT)", sweep=True)
-    heads: int = option(4, "GAT heads in hidden layers", sweep=True)
-    dropout: float = option(0.5, "dropout probability on each layer's input", sweep=True)
-    lr: float = option(0.01, "Adam learning rate", sweep=True)
+    model: str = option("gcn", "GNN architecture", choices=MODEL_NAMES, sweep=True, common=True)
+    layers: int = option(2, "GNN layers", sweep=True, common=True)
+    hidden: int = option(16, "hidden width (per head for GAT)", sweep=True, common=True)
+    heads: int = option(4, "GAT heads in hidden layers", sweep=True,
+                        needs=("--model gat", lambda c: c.model == "gat"))
+    dropout: float = option(0.5, "dropout probability on each layer's input", sweep=True, common=True)
+    lr: float = option(0.01, "Adam learning rate", sweep=True, common=True)
     weight_decay: float = option(5e-4, "Adam weight decay", sweep=True)
-    seed: int = option(0, "weights and dropout seed", sweep=True)
+    seed: int = option(0, "weights and dropout seed", sweep=True, common=True)
     dropout_stream: int = option(0, "draw the dropout masks from another stream of --seed (0: the seed's own); "
                                     "two runs that differ only here start from the same weights and see "
                                     "different masks, the noise of exact training between paired runs",
                                  sweep=True)
-    epochs: int = option(100, "training epochs", sweep=True)
+    epochs: int = option(100, "training epochs", sweep=True, common=True)
     eval_every: int = option(1, "evaluate every N epochs (and after the last)", sweep=True)
 
     @property

@@ -14,8 +14,11 @@ class Option:
 
     ``help``: the flag's help text; ``choices``: the values the flag accepts (None: any);
     ``sweep``: a ``--sweep`` run may change it; ``hidden``: the flag exists but is left out
-    of ``--help``; ``cli``: the field has a flag at all (False for settings only the
-    stock-script switch reads from its JSON file).
+    of ``--help`` and ``--help-all``; ``cli``: the field has a flag at all (False for
+    settings only the stock-script switch reads from its JSON file); ``common``: listed by
+    the short ``--help`` (every flag is listed by ``--help-all``); ``needs``: ``(what,
+    applies)``, where the setting means something only when ``applies(part)`` holds on its
+    part, ``what`` naming that condition: given another value there, it is refused.
     """
 
     help: str
@@ -23,21 +26,25 @@ class Option:
     sweep: bool = False
     hidden: bool = False
     cli: bool = True
+    common: bool = False
+    needs: tuple | None = None
 
 
 def option(default=MISSING, help: str = "", *, default_factory=MISSING, choices=None,
-           sweep: bool = False, hidden: bool = False, cli: bool = True):
+           sweep: bool = False, hidden: bool = False, cli: bool = True, common: bool = False,
+           needs: tuple | None = None):
     """A dataclass field carrying its :class:`Option` (``field(metadata={"option": ...})``)."""
     if not help:
         raise TypeError("every config option needs its help text")
-    meta = {"option": Option(help, tuple(choices) if choices is not None else None, sweep, hidden, cli)}
+    meta = {"option": Option(help, tuple(choices) if choices is not None else None, sweep, hidden, cli,
+                             common, needs)}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
 
 
-def option_of(f: Field) -> Option:
-    """The :class:`Option` a field was declared with."""
+def option_of(f: Field) -> Option | None:
+    """The :class:`Option` a field was declared with (``None``: not a setting)."""
     return f.metadata["option"]
 
 
@@ -51,3 +58,18 @@ def read_json(path: str, what: str):
         raise ValueError(f"{what} file not found: {path}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{what} file {path} is not valid JSON: {err}") from None
+
+
+def misplaced(part, given) -> None:
+    """Refuse, naming why, a setting in ``given`` (names given explicitly) whose value
+    differs from its default where it means nothing in ``part`` (its option's ``needs``)."""
+    from dataclasses import fields
+    for f in fields(part):
+        opt = f.metadata.get("option")
+        if opt is None or opt.needs is None or f.name not in given:
+            continue
+        what, applies = opt.needs
+        default = f.default if f.default is not MISSING else f.default_factory()
+        if getattr(part, f.name) != default and not applies(part):
+            flag = "--" + f.name.replace("_", "-")
+            raise ValueError(f"{flag} {getattr(part, f.name)} means nothing without {what}")

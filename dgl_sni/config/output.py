@@ -50,17 +50,21 @@ class OutputConfig:
 
     TITLE: ClassVar[str] = "output"
 
-    quiet: bool = option(False, "no progress line")
-    metrics: str | None = option(None, "write the metrics JSON here")
-    checkpoint_dir: str | None = option(None, "rank 0 saves weights and optimizer state here (epoch_N.pt)")
-    checkpoint_every: int = option(1, "save a checkpoint every N epochs")
+    quiet: bool = option(False, "no progress line", common=True)
+    metrics: str | None = option(None, "write the metrics JSON here", common=True)
+    checkpoint_dir: str | None = option(None, "rank 0 saves weights and optimizer state here (epoch_N.pt)",
+                                        common=True)
+    checkpoint_every: int = option(1, "save a checkpoint every N epochs",
+                                   needs=("--checkpoint-dir or --resume", lambda c: c.checkpoints_to is not None))
     resume: str | None = option(None, "continue a stopped run from the newest epoch_N.pt in this "
                                       "--checkpoint-dir of it (weights, optimizer, step) at epoch N+1, up to "
-                                      "--epochs; new checkpoints go there too unless --checkpoint-dir is given")
+                                      "--epochs; new checkpoints go there too unless --checkpoint-dir is given",
+                                common=True)
     epoch_gate: str | None = option(None, "benchmarks: FIFO folder that steps epochs one by one "
                                           "(dgl_sni.worker.EpochGate)", hidden=True)
     sweep: str | None = option(None, "JSON list of runs (each a dict of model/optimiser/prediction settings) "
-                                     "to train one after another on the same cluster; --metrics is then a folder")
+                                     "to train one after another on the same cluster; --metrics is then a folder",
+                               common=True)
 
     @property
     def checkpoints_to(self) -> str | None:

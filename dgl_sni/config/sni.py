@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
 from dpu_agent.predictors import PREDICTOR_NAMES
 
-from .options import option, read_json
+from .options import misplaced, option, read_json
+from .presets import PRESET_NAMES, PRESETS, Context, expand
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip", "last")
@@ -15,10 +16,12 @@ SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
 SYNC_HALO = ("auto", "inputs", "summed", "rows")
-SYNC_HALO_DEFAULT = "auto"  # dgl-sni train's sync_halo where it is unset and stale epochs sum (TrainConfig.sync_sums)
-TRAIN_SMOOTH = 0.75  # dgl-sni train's smoothing where it is not set (see SNIConfig.smoothing)
 QUANTIZE_BITS = (0, 4, 8)
-TRAIN_QUANTIZE = 8  # dgl-sni train's bits where quantize is unset and epochs can be stale (TrainConfig.quantize_bits)
+TREND_PREDICTORS = ("linear-trend", "gated")  # the predictors with a window of history and a decay
+
+
+def _by_preset(name: str) -> str:
+    return ", ".join(f"{p}: {preset.values[name]}" for p, preset in PRESETS.items() if name in preset.values)
 
 
 def cache_budget(value, remote_bytes: int) -> int:
@@ -42,7 +45,11 @@ def _cache_budget_ok(value) -> bool:
 
 @dataclass
 class SNIConfig:
-    """How stale epochs are served.
+    """How stale epochs are served: one set of defaults, shared by ``dgl-sni train`` and the
+    stock-script switch, and the preset that sets the rest (:mod:`.presets`). A config made
+    with :meth:`expanded` (the flags, ``DGL_SNI_CONFIG``, a sweep entry) knows which settings
+    were ``given``; settings that mean nothing in a run are refused where given another
+    value than their default.
 
     ``predictor``: ``none`` syncs every epoch (plain DistDGL); ``cache`` serves the last
     synced rows; ``linear-trend`` the paper's self-feeding trend predictor; ``gated`` the
@@ -55,17 +62,20 @@ class SNIConfig:
 
     TITLE: ClassVar[str] = "in-network prediction (stale epochs)"
 
-    sync_interval: int = option(5, "exchange halo embeddings every E-th epoch after warm-up (1: every epoch, exact)",
-                                sweep=True)
+    preset: str = option("exact", "exact: every epoch exchanges float32 halo rows (distributed = single "
+                                  "process); fast: stale epochs, see README. Flags given explicitly override "
+                                  "it (the stock-script switch's preset: fast)",
+                         choices=PRESET_NAMES, sweep=True, common=True)
+    sync_interval: int = option(1, "exchange halo embeddings every E-th epoch after warm-up (1: every epoch, exact)",
+                                sweep=True, common=True)
     sampling_ratio: float = option(0.1, "fraction of halo nodes (most edges into the partition first) "
                                         "that get predictions", sweep=True)
-    warmup: int = option(20, "epochs that always sync", sweep=True)
-    predictor: str = option("gated", "none: sync every epoch; cache; linear-trend (the paper); gated; holt",
+    warmup: int = option(5, "epochs that always sync", sweep=True)
+    predictor: str = option("cache", "none: sync every epoch; cache; linear-trend (the paper); gated; holt",
                             choices=PREDICTORS, sweep=True)
-    stale_grad: str = option("exchange", "on stale epochs still push halo gradients (exchange), drop them (skip), "
-                                         "or send none and give each owned row the gradient it received at the "
-                                         "syncs, averaged over syncs with the rows' smoothing (last; dgl-sni "
-                                         "train's default)",
+    stale_grad: str = option("last", "on stale epochs still push halo gradients (exchange), drop them (skip), "
+                                     "or send none and give each owned row the gradient it received at the "
+                                     "syncs, averaged over syncs with the rows' smoothing (last)",
                              choices=STALE_GRAD, sweep=True)
     sync_policy: str = option("fixed", "fixed: sync every E-th epoch; adaptive: on stale epochs also pull rows "
                                        "whose predicted drift is large; drift: sync when the weights moved more "
@@ -77,43 +87,45 @@ class SNIConfig:
                                        "one (up to --sync-interval) after two syncs without",
                               choices=SYNC_POLICIES, sweep=True)
     sync_drift: float = option(0.05, "drift policy: relative change of an exchanged layer's weights since the "
-                                     "last sync that makes the next epoch sync", sweep=True)
+                                     "last sync that makes the next epoch sync", sweep=True,
+                               needs=("--sync-policy drift", lambda c: c.sync_policy == "drift"))
     sync_loss_gap: float = option(0.01, "guarded policy: relative rise of the exact loss at a sync epoch over "
-                                        "the stale epoch before it that halves the interval", sweep=True)
+                                        "the stale epoch before it that halves the interval", sweep=True,
+                                  needs=("--sync-policy guarded", lambda c: c.sync_policy == "guarded"))
     drift_bound: float = option(0.05, "adaptive: pull a row when its predicted drift exceeds this fraction "
-                                      "of the mean row norm", sweep=True)
+                                      "of the mean row norm", sweep=True,
+                                needs=("--sync-policy adaptive", lambda c: c.sync_policy == "adaptive"))
     measure_staleness: bool = option(False, "also pull true halo rows on stale epochs, for measurement only",
                                      sweep=True)
     transfer: bool = option(True, "gated: do not offer rows moved by the drift of the worker's own rows",
-                            sweep=True)
-    quantize: int | None = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
-                                     "rounded with a per-row scale (0: float32, exact). dgl-sni train's default: "
-                                     f"{TRAIN_QUANTIZE} where epochs can be stale (a sync interval above 1 or the "
-                                     "adaptive policy), not with the storage tier; 0 otherwise",
-                                  choices=QUANTIZE_BITS, sweep=True)
-    smooth: float | None = option(0.0, "the agent keeps each halo row as an exponential average over sync "
-                                       "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
-                                       "epochs then serve rows that do not carry the one dropout draw the "
-                                       "sync's update fitted); 0: the synced rows. dgl-sni train's default: "
-                                       f"{TRAIN_SMOOTH} (not with --sync-policy pipeline, which has no agent)",
-                                  sweep=True)
-    stale_halo: str | None = option("rows", "how a stale epoch's layers take the served halo rows: rows (as "
-                                            "fresh ones, input dropout included) or summed (each layer adds "
-                                            "the sum of its halo rows, kept until the served rows change, "
-                                            "without dropout on them: the mean of the exact epoch's). dgl-sni "
-                                            "train's default: summed for GCN and SAGE in memory, rows otherwise",
-                                    choices=STALE_HALO, sweep=True)
-    sync_halo: str | None = option(None, "how the sync epochs of a run whose stale epochs take summed halo rows "
-                                         "take theirs: inputs (only the input features' halo rows are summed, "
-                                         "as on stale epochs; the layers above take fresh rows with their "
-                                         "dropout), auto (the default there: rows where the input layer's halo "
-                                         "rows are few beside the owned rows they reach, else inputs), "
-                                         "summed (every layer sums its fresh halo "
-                                         "rows, without dropout on them) or rows (every halo row with its "
-                                         "dropout, as interval 1). Whichever, the stale epochs after a sync "
-                                         "reuse the undropped sums of the rows it pulled instead of summing "
-                                         "the served rows anew",
-                                   choices=SYNC_HALO, sweep=True)
+                            sweep=True, needs=("--predictor gated", lambda c: c.predictor == "gated"))
+    quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
+                              "rounded with a per-row scale (0: float32, exact; evaluation always moves "
+                              "float32 rows). Presets: " + _by_preset("quantize") + " (0 on the storage tier "
+                              "and with --sync-policy pipeline)",
+                           choices=QUANTIZE_BITS, sweep=True)
+    smooth: float = option(0.75, "the agent keeps each halo row as an exponential average over sync "
+                                 "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
+                                 "epochs then serve rows that do not carry the one dropout draw the "
+                                 "sync's update fitted); 0: the synced rows (0 with --sync-policy pipeline, "
+                                 "which has no agent, and in the stock-script switch)",
+                           sweep=True)
+    stale_halo: str = option("summed", "how a stale epoch's layers take the served halo rows: rows (as "
+                                       "fresh ones, input dropout included) or summed (each layer adds "
+                                       "the sum of its halo rows, kept until the served rows change, "
+                                       "without dropout on them: the mean of the exact epoch's). GAT and the "
+                                       "storage tier take rows",
+                             choices=STALE_HALO, sweep=True)
+    sync_halo: str = option("auto", "how the sync epochs of a run whose stale epochs take summed halo rows "
+                                    "take theirs: inputs (only the input features' halo rows are summed, "
+                                    "as on stale epochs; the layers above take fresh rows with their "
+                                    "dropout), auto (rows where the input layer's halo rows are few beside "
+                                    "the owned rows they reach, else inputs), summed (every layer sums its "
+                                    "fresh halo rows, without dropout on them) or rows (every halo row with "
+                                    "its dropout, as interval 1; where stale epochs take rows, sync epochs "
+                                    "do too). Whichever, the stale epochs after a sync reuse the undropped "
+                                    "sums of the rows it pulled instead of summing the served rows anew",
+                            choices=SYNC_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
@@ -124,11 +136,15 @@ class SNIConfig:
     agent_dir: str = option("", "agent process: connect to the standalone agents `dgl-sni agent start` runs "
                                 "in this directory (one per trainer rank) instead of starting one")
     doca_pci: str = option("", "agent doca: PCI address of the BlueField (as this host sees it)")
-    doca_name: str = option("", "agent doca: Comch service name of the agent (default per trainer)")
+    doca_name: str = option("", "agent doca: Comch service name of the agent (default per trainer)",
+                            needs=("--agent doca or doca-local", lambda c: c.agent.startswith("doca")))
     # predictor parameters (dpu_agent cores)
-    window: int = option(4, "trend predictors: synced rows of history kept per halo row")
-    beta: float = option(0.2, "linear-trend: damping of the trend step, dt*exp(-beta*dt)")
-    lam: float = option(0.2, "trend predictors: decay exp(-lam*dt) of the trend's weight")
+    window: int = option(4, "trend predictors: synced rows of history kept per halo row",
+                         needs=("--predictor linear-trend or gated", lambda c: c.predictor in TREND_PREDICTORS))
+    beta: float = option(0.2, "linear-trend: damping of the trend step, dt*exp(-beta*dt)",
+                         needs=("--predictor linear-trend", lambda c: c.predictor == "linear-trend"))
+    lam: float = option(0.2, "trend predictors: decay exp(-lam*dt) of the trend's weight",
+                        needs=("--predictor linear-trend or gated", lambda c: c.predictor in TREND_PREDICTORS))
     # stock-script switch (kvstore.enable) only: which DistTensors SNI serves
     tensors: list = option(default_factory=list, cli=False,
                            help="names of the DistTensors served; empty: every tensor created after enable")
@@ -140,17 +156,23 @@ class SNIConfig:
                                            "rows such as 20%; 0 turns the cache off (dgl-sni launch "
                                            "--cache-budget)")
 
+    given: frozenset = field(default=frozenset(), compare=False, repr=False,
+                             metadata={"option": None})  # the settings given explicitly (not a setting)
+
     @property
     def enabled(self) -> bool:
         return self.predictor != "none"
 
-    @property
-    def smoothing(self) -> float:
-        """The smoothing in effect: ``smooth``, or where it is unset (``None``, dgl-sni train's
-        default) ``TRAIN_SMOOTH``, and 0 for the pipelined policy, which has no agent."""
-        if self.smooth is not None:
-            return self.smooth
-        return 0.0 if self.sync_policy == "pipeline" else TRAIN_SMOOTH
+    @classmethod
+    def expanded(cls, given: dict, context: Context = Context()) -> "SNIConfig":
+        """The config of the settings ``given`` explicitly, their preset's values and the one
+        set of defaults (:func:`.presets.expand`), validated."""
+        names = {f.name for f in fields(cls)} - {"given"}
+        unknown = sorted(set(given) - names)
+        if unknown:
+            raise ValueError(f"unknown SNI setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
+        defaults = {f.name: getattr(cls(), f.name) for f in fields(cls) if f.name != "given"}
+        return cls(**expand(given, context, defaults), given=frozenset(given)).validate()
 
     def validate(self) -> "SNIConfig":
         checks = [
@@ -164,12 +186,13 @@ class SNIConfig:
             (self.drift_bound > 0, f"--drift-bound must be positive, got {self.drift_bound}"),
             (self.sync_drift > 0, f"--sync-drift must be positive, got {self.sync_drift}"),
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
-            (self.smooth is None or 0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
-            (self.stale_halo is None or self.stale_halo in STALE_HALO,
+            (self.preset in PRESET_NAMES, f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}"),
+            (0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (self.stale_halo in STALE_HALO,
              f"--stale-halo must be one of {', '.join(STALE_HALO)}, got {self.stale_halo!r}"),
-            (self.sync_halo is None or self.sync_halo in SYNC_HALO,
+            (self.sync_halo in SYNC_HALO,
              f"--sync-halo must be one of {', '.join(SYNC_HALO)}, got {self.sync_halo!r}"),
-            (self.quantize is None or self.quantize in QUANTIZE_BITS,
+            (self.quantize in QUANTIZE_BITS,
              f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
             (not self.smooth or self.sync_policy != "pipeline",
              "--smooth does not combine with --sync-policy pipeline (it has no agent, whose rows are smoothed)"),
@@ -186,18 +209,18 @@ class SNIConfig:
         for ok, message in checks:
             if not ok:
                 raise ValueError(message)
+        misplaced(self, self.given)
         return self
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("given")
+        return out
 
     @classmethod
     def from_dict(cls, values: dict) -> "SNIConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"unknown SNI setting(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}")
-        return cls(**values).validate()
+        """The stock-script switch's config of the settings ``values`` (``DGL_SNI_CONFIG``'s)."""
+        return cls.expanded(values, Context(switch=True))
 
     def start_agent(self):
         """A client for this configuration's agent (see :func:`dpu_agent.client.start_agent`),
@@ -216,11 +239,12 @@ class SNIConfig:
 
     @classmethod
     def from_env(cls) -> "SNIConfig | None":
-        """``DGL_SNI_CONFIG=path`` (JSON) or ``DGL_SNI=1`` (defaults); ``None`` when off."""
+        """The stock-script switch's config: ``DGL_SNI_CONFIG=path`` (JSON) or ``DGL_SNI=1``
+        (the switch's preset, ``fast``); ``None`` when off."""
         path = os.environ.get("DGL_SNI_CONFIG")
         if path:
             return cls.from_file(path)
         flag = os.environ.get("DGL_SNI", "").strip().lower()
         if flag in ("", "0", "false", "no", "off"):
             return None
-        return cls().validate()
+        return cls.from_dict({})

@@ -14,7 +14,8 @@ SWEEPABLE = tuple(f.name for part in TrainConfig().parts().values()
 
 
 def load_sweep(path: str, base: TrainConfig) -> list:
-    """The runs of a sweep file: ``base`` with each entry's overrides applied and validated.
+    """The runs of a sweep file: the settings ``base`` was given, each entry's over them, expanded
+    by their preset (an entry's ``preset`` sets what neither gave) and validated.
 
     Run ``i`` writes its metrics to ``<base metrics>/run<i>.json`` (when ``--metrics`` is set).
     """
@@ -28,15 +29,13 @@ def load_sweep(path: str, base: TrainConfig) -> list:
         if bad:
             raise ValueError(f"--sweep run {index} sets {', '.join(bad)}, which a sweep cannot change "
                              f"(allowed: {', '.join(SWEEPABLE)})")
-        values = base.as_dict()
-        values.update(entry)
-        values["sweep"] = None
+        values = dict(entry, sweep=None)
         if out.metrics:
             values["metrics"] = os.path.join(out.metrics, f"run{index:03d}.json")
         if out.checkpoint_dir:
             values["checkpoint_dir"] = os.path.join(out.checkpoint_dir, f"run{index:03d}")
         try:
-            runs.append(TrainConfig.from_dict(values).validate())
+            runs.append(base.with_settings(values).validate())
         except ValueError as err:
             raise ValueError(f"--sweep run {index}: {err}") from None
     return runs

@@ -15,11 +15,14 @@ class TierConfig:
 
     TITLE: ClassVar[str] = "storage tier (partitions larger than memory)"
 
-    storage_tier: str | None = option(None, "train through the storage tier, with its files under this folder")
+    storage_tier: str | None = option(None, "train through the storage tier, with its files under this folder",
+                                      common=True)
     device_mem_budget: str = option("1G", "compute memory for one sub-partition's working set "
-                                          "(e.g. 512M, 2G); sets P")
-    host_cache_budget: str = option("2G", "host memory for cached activations and gradients (e.g. 4G)")
-    subparts: int = option(0, "sub-partitions per worker (0: derive from --device-mem-budget)")
+                                          "(e.g. 512M, 2G); sets P", needs=("--storage-tier", lambda c: bool(c.storage_tier)))
+    host_cache_budget: str = option("2G", "host memory for cached activations and gradients (e.g. 4G)",
+                                    needs=("--storage-tier", lambda c: bool(c.storage_tier)))
+    subparts: int = option(0, "sub-partitions per worker (0: derive from --device-mem-budget)",
+                           needs=("--storage-tier", lambda c: bool(c.storage_tier)))
 
     def validate(self) -> "TierConfig":
         """Raise ``ValueError`` naming the first bad setting."""

@@ -1,9 +1,11 @@
 """The configuration of a ``dgl-sni train`` run: its parts, their flags, and the flat view.
 
-``dgl-sni train`` parses the flags into a :class:`TrainConfig`, validates it, and hands
-the same flags (:meth:`TrainConfig.to_argv`) to every trainer (``dgl_sni.worker``),
-which parses them again; under DGL's own launch tool the worker is started with the
-flags directly. The metrics JSON's ``config`` is the flat view (:meth:`TrainConfig.as_dict`).
+``dgl-sni train`` parses the flags into a :class:`TrainConfig` (the settings given, their
+preset's values, the one set of defaults: :mod:`.presets`), validates it, and hands the
+flags given (:meth:`TrainConfig.to_argv`) to every trainer (``dgl_sni.worker``), which
+parses them again and expands them the same; under DGL's own launch tool the worker is
+started with the flags directly. The metrics JSON's ``config`` is the flat view
+(:meth:`TrainConfig.as_dict`): every setting as it ran.
 """
 from __future__ import annotations
 
@@ -12,25 +14,13 @@ from dataclasses import dataclass, field, fields, replace
 
 from .cluster import ClusterConfig
 from .data import DataConfig
-from .flags import add_part_arguments, part_argv, part_values
+from .flags import add_help_all, add_part_arguments, flag_name, part_values, switch_name
 from .model import SUMMABLE_MODELS, ModelConfig
+from .options import misplaced
 from .output import OutputConfig, resume_point
-from .sni import SYNC_HALO_DEFAULT, TRAIN_QUANTIZE, SNIConfig
+from .presets import PRESETS, Context
+from .sni import SNIConfig
 from .tier import TierConfig
-
-
-def _train_sni() -> SNIConfig:
-    # dgl-sni train is exact (syncs every epoch) unless told otherwise. Its stale epochs serve
-    # the agent's cache of smoothed rows (smooth None: SNIConfig.smoothing), chosen over the
-    # gated predictor by the paired-seed runs in benchmarks/MEASUREMENTS.md ("Stale defaults,
-    # chosen over seeds"); sum them where the model allows it (stale_halo None: TrainConfig.stale_sums);
-    # push no halo gradient, owned rows getting the smoothed gradients of the syncs (stale_grad
-    # "last"; chosen over seeds: "Summed halo rows and smoothed sync gradients"), after a
-    # warm-up of 5 (chosen over seeds: "Overlap, and a warm-up of 5"); a stale run's rows and
-    # gradients travel in 8 bits (quantize None: TrainConfig.quantize_bits). The stock-script
-    # switch (DGL_SNI=1) keeps SNIConfig's defaults.
-    return SNIConfig(sync_interval=1, smooth=None, predictor="cache", quantize=None, stale_halo=None,
-                     stale_grad="last", warmup=5)
 
 
 @dataclass
@@ -44,13 +34,14 @@ class TrainConfig:
     data: DataConfig = field(default_factory=DataConfig)
     cluster: ClusterConfig = field(default_factory=ClusterConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
-    sni: SNIConfig = field(default_factory=_train_sni)
+    sni: SNIConfig = field(default_factory=SNIConfig)
     tier: TierConfig = field(default_factory=TierConfig)
     output: OutputConfig = field(default_factory=OutputConfig)
+    given: frozenset = field(default=frozenset(), compare=False, repr=False)  # settings given explicitly
 
     def parts(self) -> dict:
         """The parts by attribute name, in flag order."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "given"}
 
     @property
     def sni_active(self) -> bool:
@@ -61,39 +52,18 @@ class TrainConfig:
         return sni.predictor != "none" and (sni.sync_interval > 1 or sni.sync_policy == "adaptive")
 
     @property
-    def quantize_bits(self) -> int:
-        """Bits per halo value on the wire: ``quantize``, or where it is unset (``None``, the
-        default) 8 when epochs can be stale (the run is approximate already; 8 bits cost no
-        accuracy in the paired-seed runs) and the halo rows are in memory, else 0 (float32:
-        an exact run stays exact)."""
-        if self.sni.quantize is not None:
-            return self.sni.quantize
-        return TRAIN_QUANTIZE if self.sni_active and not self.tier.storage_tier else 0
-
-    @property
     def stale_sums(self) -> bool:
-        """Stale epochs take summed halo rows (:mod:`dgl_sni.halo.sums`): ``stale_halo``, or
-        where it is unset (``None``, the default) wherever it applies: a model linear in its
-        halo rows (GCN, SAGE) trained in memory, in a run whose epochs can be stale."""
-        if self.sni.stale_halo is not None:
-            return self.sni.stale_halo == "summed" and self.sni_active
-        return self.sni_active and self.model.model in SUMMABLE_MODELS and not self.tier.storage_tier
+        """Stale epochs take summed halo rows (:mod:`dgl_sni.halo.sums`): ``stale_halo summed``
+        in a run whose epochs can be stale."""
+        return self.sni.stale_halo == "summed" and self.sni_active
 
     @property
     def sync_sums(self) -> str:
         """How the sync training steps take their halo rows: ``rows`` (as interval 1) unless
-        the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``, or
-        where it is unset (``None``, the default) ``auto``, which the worker resolves from
-        the partitions (:func:`dgl_sni.halo.sums.choose_sync_halo`): ``inputs`` (the input
-        layer sums its halo rows as the stale steps do, the layers above take their fresh
-        rows with dropout) where the input layer's halo rows outnumber the owned rows they
-        reach, ``rows`` where they are few. Either way the stale steps after a sync reuse the
-        undropped sums of the rows it pulled (chosen over seeds, see
-        benchmarks/MEASUREMENTS.md, "Syncs take the hidden layers' halo rows with their
-        dropout" and "Sync epochs that take every halo row, on Cora and CiteSeer")."""
-        if not self.stale_sums:
-            return "rows"
-        return self.sni.sync_halo or SYNC_HALO_DEFAULT
+        the stale steps take summed halo rows (:attr:`stale_sums`); there ``sync_halo``
+        (``auto`` is resolved by the worker from the partitions:
+        :func:`dgl_sni.halo.plan.choose_sync_halo`)."""
+        return self.sni.sync_halo if self.stale_sums else "rows"
 
     @property
     def pipelined(self) -> bool:
@@ -101,9 +71,12 @@ class TrainConfig:
         return self.sni.sync_policy == "pipeline"
 
     def validate(self) -> "TrainConfig":
-        """Raise ``ValueError`` naming the first bad setting."""
+        """Raise ``ValueError`` naming the first bad setting, or a setting given where it means
+        nothing (:func:`.options.misplaced`)."""
         for part in self.parts().values():
             part.validate()
+            if part is not self.sni:  # the SNI part checks its own (it knows what was given)
+                misplaced(part, self.given)
         if self.sni.quantize and self.tier.storage_tier:
             raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
                              "served from the owners' files as float32)")
@@ -124,11 +97,17 @@ class TrainConfig:
         return self
 
     def to_argv(self) -> list:
-        """Flags that make :func:`from_args` rebuild this config."""
-        defaults = TrainConfig().parts()
+        """The flags given (:attr:`given`): :func:`from_args` expands them to this config."""
+        defaults = TrainConfig().as_dict()
         argv = []
-        for name, part in self.parts().items():
-            argv += part_argv(part, defaults[name])
+        for name, value in self.as_dict().items():
+            if name not in self.given:
+                continue
+            if isinstance(defaults[name], bool):
+                if value != defaults[name]:
+                    argv.append(switch_name(name, defaults[name]))
+            elif value is not None:
+                argv += [flag_name(name), str(value)]
         return argv
 
     def as_dict(self) -> dict:
@@ -140,15 +119,26 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict) -> "TrainConfig":
-        """The config with these settings (by flat name) and the defaults elsewhere (not validated)."""
+        """The config of these settings given explicitly (by flat name), their preset's values
+        and the defaults elsewhere (validated only as far as the presets need: call
+        :meth:`validate`)."""
         unknown = sorted(set(values) - set(_OWNER))
         if unknown:
             raise ValueError(f"unknown setting(s) {', '.join(unknown)}")
         grouped = {}
         for key, value in values.items():
             grouped.setdefault(_OWNER[key], {})[key] = value
-        return cls(**{name: replace(part, **grouped.get(name, {}))
-                      for name, part in cls().parts().items()})
+        parts = {name: replace(part, **grouped.get(name, {})) for name, part in cls().parts().items()
+                 if name != "sni"}
+        context = Context(model=parts["model"].model, storage_tier=bool(parts["tier"].storage_tier))
+        parts["sni"] = SNIConfig.expanded(grouped.get("sni", {}), context)
+        return cls(**parts, given=frozenset(values))
+
+    def with_settings(self, values: dict) -> "TrainConfig":
+        """This config's settings given, and ``values`` over them (a sweep entry): expanded
+        anew, so an entry's preset sets what the entry and the base did not give."""
+        mine = self.as_dict()
+        return TrainConfig.from_dict({**{k: mine[k] for k in self.given}, **values})
 
 
 def _owners() -> dict:
@@ -165,11 +155,17 @@ _OWNER = _owners()  # flat setting name -> part attribute
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """The flags of ``dgl-sni train`` (and of the trainer processes): one group per part."""
+    """The flags of ``dgl-sni train`` (and of the trainer processes): one group per part, a
+    flag not given setting nothing (the preset decides), ``--help`` listing the common
+    flags and ``--help-all`` every one."""
+    by_preset = {name: " / ".join(f"{p}: {preset.values[name]}" for p, preset in PRESETS.items())
+                 for name in set().union(*(p.values for p in PRESETS.values()))}
     for part in TrainConfig().parts().values():
-        add_part_arguments(parser.add_argument_group(part.TITLE), part)
+        add_part_arguments(parser.add_argument_group(part.TITLE), part, given_only=True, shown_defaults=by_preset)
+    add_help_all(parser)
 
 
 def from_args(ns: argparse.Namespace) -> TrainConfig:
-    """The validated config from flags parsed with :func:`add_train_arguments` (other flags ignored)."""
+    """The validated config from flags parsed with :func:`add_train_arguments` (other flags
+    ignored): the flags given, expanded by their preset."""
     return TrainConfig.from_dict({k: v for k, v in vars(ns).items() if k in _OWNER}).validate()

@@ -1,33 +1,34 @@
-"""Where every halo row comes from, step by step: the one place that decides it and counts it.
+"""Where a halo row's value comes from: one exchanged tensor's rows, step by step.
 
-A :class:`HaloResolver` owns, for one exchanged tensor on one trainer, the sync schedule,
-the agent's history table (:class:`~dgl_sni.sni.table.HaloTable`), the drift transfer and
-the exact caches, and answers each step's request for halo rows with the rows and a
-per-row :class:`Origin`:
+A :class:`HaloResolver` owns, for one exchanged tensor on one trainer, the agent's history
+table (:class:`~dgl_sni.sni.table.HaloTable`), the smoothing of the synced rows and the
+drift transfer. It observes a sync step's fresh rows (:meth:`HaloResolver.fresh`) and
+answers a stale step (:meth:`HaloResolver.served`) with the rows and a per-row
+:class:`Origin`:
 
-* ``PULLED`` -- fresh from the owner (a DGL pull; on tier-backed tensors the owner's
-  server reads them from its tier files);
-* ``STATIC`` -- read-only data (input features) from the exact cache of a first pull;
+* ``PULLED`` -- fresh from the owner (a DGL pull); ``TIER`` -- the same, read by the
+  owner's server from its storage tier files (:mod:`storage_tier.shard`);
+* ``STATIC`` -- read-only data (input features) from the stock-script switch's exact cache
+  (:mod:`dgl_sni.sni.static_cache`);
 * ``CACHED`` / ``PREDICTED`` -- stale steps: the agent's history cache, or its trend
   prediction (the row's predictor weight is positive);
 * ``TRANSFERRED`` -- the cached row moved by the drift of the worker's own rows
   (:mod:`dgl_sni.sni.transfer`), where its gates are open;
 * ``REPULLED`` -- stale steps with the adaptive policy: rows whose predicted drift
   exceeds the bound, pulled again;
-* ``TIER`` -- pulled from a tier-backed tensor: the owner's server read them from its
-  storage tier files (:mod:`storage_tier.shard`);
-* ``PIPELINED`` -- pipelined steps (``sync_policy`` ``pipeline``): the owners' rows of the
-  previous step, pulled while that step computed.
+* ``PIPELINED`` -- pipelined steps: the owners' rows of the previous step.
 
-Rows are counted once, from the origins, when a step's rows are final: ``cached_rows``,
+Which of these a step's rows are (synced, served, kept as a sum, the previous step's) is
+the step plan's decision (:mod:`dgl_sni.halo.plan`); this module says what a served row is.
+Served rows are counted once, from their origins, when they are final: ``cached_rows``,
 ``predicted_rows`` (predicted or transferred: not the cache), ``transfer_rows``,
-``adaptive_rows``, ``served_rows`` (answered without a pull), ``pipelined_rows``. ``agent_wait_s``: time blocked
+``adaptive_rows``, ``served_rows`` (answered without a pull). ``agent_wait_s``: time blocked
 waiting for the agent's rows (the part of its work that computing did not hide). Bytes and
-time on the wire are the source's business (:class:`HaloSource`).
+time on the wire are the wire's business.
 
-Callers: :class:`~dgl_sni.halo.exchange.KVHaloExchange` (full-graph trainers, in memory and
-on the storage tier: one resolver per hidden layer) and the stock-script switch
-(:mod:`dgl_sni.sni.kvstore`: one per managed tensor), so their semantics are the same.
+Callers: :class:`~dgl_sni.halo.plan.HaloPlanner` (full-graph trainers: one resolver per
+hidden layer) and the stock-script switch (:mod:`dgl_sni.sni.kvstore`: one per managed
+tensor, by row id: :meth:`HaloResolver.resolve_ids`), so their semantics are the same.
 """
 from __future__ import annotations
 
@@ -38,7 +39,6 @@ from typing import TYPE_CHECKING, Callable, Protocol
 import numpy as np
 
 from ..metrics import Counters
-from ..sni.schedule import SyncSchedule
 from ..sni.table import HaloTable
 from ..sni.transfer import DriftTransfer
 from .averages import smooth_into
@@ -86,16 +86,15 @@ class Resolved:
 
 
 class HaloSource(Protocol):
-    """How a resolver reaches the owners of its rows (implemented by the exchanges).
+    """How a resolver reaches the owners of its rows on the steps that need them (a stale
+    step that measures staleness or re-pulls drifting rows; the switch's pulls by id).
+    Implemented by :class:`~dgl_sni.halo.wire.WireSource` and the switch's pull source.
 
     ``publish()`` makes this worker's own rows visible before anyone pulls (a no-op where
     the script writes them itself); ``pull(ids)`` fetches rows as training traffic (``ids``:
     global ids; ``None``: every tracked row); ``peek()`` fetches every tracked row without
-    counting it as training traffic (staleness measurement). ``origin`` is what a pulled row
-    is: ``PULLED``, or ``TIER`` where the owners serve the rows from their storage tier.
+    counting it as training traffic (staleness measurement).
     """
-
-    origin: "Origin"
 
     def publish(self) -> None: ...
 
@@ -108,203 +107,45 @@ def _origins(n: int, origin: Origin) -> np.ndarray:
     return np.full(n, int(origin), dtype=np.uint8)
 
 
-class StaticRowCache:
-    """The exact cache of one read-only tensor's remote rows (the resolver's ``STATIC`` rows).
-
-    Owned by a static :class:`HaloResolver`; the stock-script switch sizes it from
-    ``feature_cache_bytes``. Filled on first pull; rows this machine writes are dropped
-    (:meth:`invalidate`). ``capacity``: rows it may hold (``None``: unbounded, every row
-    pulled stays). Which rows a bounded cache keeps is ordered by how often they are
-    needed: at first by ``ranking()`` (candidate ids and their in-edges into this
-    machine's partition), then, once it has counted as many accesses as ``replan_every``
-    times its capacity, by the accesses it counted (the in-edges break ties), re-planned at
-    each such count; rows that drop out of the plan leave, rows that
-    enter it are kept at their next pull. Slots the plan leaves free take rows in the order
-    they are first pulled. Called only by the resolver (lookups) and the switch (writes).
-    """
-
-    def __init__(self, capacity: int | None,
-                 ranking: "Callable[[], tuple[np.ndarray, np.ndarray]] | None" = None, replan_every: int = 2):
-        if capacity is not None and capacity < 0:
-            raise ValueError(f"a static row cache needs a capacity >= 0, got {capacity}")
-        self.capacity, self._ranking, self.replan_every = capacity, ranking, replan_every
-        self._slot = np.zeros(0, dtype=np.int64)  # id -> slot (-1: not cached)
-        self._planned = np.zeros(0, dtype=bool)  # id -> among the rows the plan keeps
-        self._edges = np.zeros(0, dtype=np.int64)  # id -> in-edges into the partition (ranking)
-        self._counts = np.zeros(0, dtype=np.int64)  # id -> accesses counted
-        self._since_plan = 0
-        self._free_unplanned = None  # slots left for rows outside the plan (None: not planned yet)
-        self._free = []  # slots given back by rows that left
-        self._rows = None
-        self.used = 0  # slots ever filled (the high-water mark of ``_rows``)
-
-    @property
-    def row_shape(self) -> tuple:
-        return tuple(self._rows.shape[1:]) if self._rows is not None else ()
-
-    @property
-    def dtype(self):
-        return self._rows.dtype if self._rows is not None else np.float32
-
-    def _grow(self, top: int) -> None:
-        if top > self._slot.size:
-            extra = max(top, 2 * self._slot.size) - self._slot.size
-            self._slot = np.concatenate([self._slot, np.full(extra, -1, np.int64)])
-            self._planned = np.concatenate([self._planned, np.zeros(extra, bool)])
-            self._edges = np.concatenate([self._edges, np.zeros(extra, np.int64)])
-            self._counts = np.concatenate([self._counts, np.zeros(extra, np.int64)])
-
-    def _plan(self) -> None:
-        """The first plan: the best-ranked rows by in-edges (once, at the first admission)."""
-        planned = 0
-        if self._ranking is not None and self.capacity:
-            ids, need = self._ranking()
-            ids, need = np.asarray(ids, np.int64), np.asarray(need, np.int64)
-            if ids.size:
-                self._grow(int(ids.max()) + 1)
-                self._edges[ids] = need
-            keep = ids[np.lexsort((ids, -need))][: self.capacity]
-            self._planned[keep] = True
-            planned = keep.size
-        self._free_unplanned = None if self.capacity is None else self.capacity - planned
-
-    def _replan(self) -> None:
-        """Keep the ``capacity`` rows accessed most so far (in-edges, then id, break ties)."""
-        seen = np.flatnonzero((self._counts > 0) | self._planned)
-        order = np.lexsort((seen, -self._edges[seen], -self._counts[seen]))
-        keep = seen[order[: self.capacity]]
-        self._planned[:] = False
-        self._planned[keep] = True
-        self._free_unplanned = 0
-        leaving = np.flatnonzero((self._slot >= 0) & ~self._planned)
-        self._free.extend(self._slot[leaving].tolist())
-        self._slot[leaving] = -1
-        self._since_plan = 0
-
-    def slots(self, ids: np.ndarray) -> np.ndarray:
-        """Per id its slot, -1 where the row is not cached; counts the accesses."""
-        out = np.full(ids.size, -1, dtype=np.int64)
-        if self.capacity is not None and self.capacity > 0 and ids.size:
-            self._grow(int(ids.max()) + 1)
-            np.add.at(self._counts, ids, 1)
-            self._since_plan += ids.size
-            if self._free_unplanned is not None and self._since_plan >= self.replan_every * self.capacity:
-                self._replan()
-        inside = ids < self._slot.size
-        out[inside] = self._slot[ids[inside]]
-        return out
-
-    def rows_at(self, slots: np.ndarray) -> np.ndarray:
-        return self._rows[slots] if slots.size else np.empty((0,) + self.row_shape, self.dtype)
-
-    def _take_slots(self, n: int) -> np.ndarray:
-        reused = [self._free.pop() for _ in range(min(n, len(self._free)))]
-        fresh = np.arange(self.used, self.used + n - len(reused))
-        self.used += fresh.size
-        return np.concatenate([np.asarray(reused, np.int64), fresh]).astype(np.int64)
-
-    def admit(self, ids: np.ndarray, rows: np.ndarray) -> None:
-        """Keep the rows of ``ids`` (unique, just pulled) that the plan has room for."""
-        if self._free_unplanned is None and self.capacity is not None:
-            self._plan()
-        if self.capacity == 0 or ids.size == 0:
-            return
-        self._grow(int(ids.max()) + 1)
-        take = self._slot[ids] < 0
-        if self.capacity is not None:
-            planned = self._planned[ids]
-            extra = np.flatnonzero(take & ~planned)[: max(self._free_unplanned, 0)]
-            self._free_unplanned -= extra.size
-            chosen = np.zeros(ids.size, bool)
-            chosen[extra] = True
-            take &= planned | chosen
-        idx = np.flatnonzero(take)
-        if not idx.size:
-            return
-        if self._rows is None:
-            cap = self.capacity if self.capacity is not None else max(idx.size, 1024)
-            self._rows = np.empty((cap,) + rows.shape[1:], dtype=rows.dtype)
-        slots = self._take_slots(idx.size)
-        top = int(slots.max()) + 1
-        if top > self._rows.shape[0]:  # unbounded: grow
-            bigger = np.empty((max(top, 2 * self._rows.shape[0]),) + self._rows.shape[1:], dtype=self._rows.dtype)
-            bigger[: self._rows.shape[0]] = self._rows
-            self._rows = bigger
-        self._rows[slots] = rows[idx]
-        self._slot[ids[idx]] = slots
-
-    def invalidate(self, ids: np.ndarray | None = None) -> None:
-        """Forget the rows of ``ids`` (``None``: every row); they are pulled again next time."""
-        gone = np.flatnonzero(self._slot >= 0) if ids is None else np.asarray(ids, np.int64)
-        gone = gone[gone < self._slot.size]
-        gone = gone[self._slot[gone] >= 0]
-        self._free.extend(self._slot[gone].tolist())
-        self._slot[gone] = -1
-
-    @property
-    def cached_rows(self) -> int:
-        return int((self._slot >= 0).sum())
-
-
-def may_serve_stale(cfg: "SNIConfig | None") -> bool:
-    """Whether a resolver with this configuration can ever answer a step without pulling
-    (a stale step): never with no predictor or at sync interval 1, so the stock-script
-    switch then starts no agent and passes every pull to DGL."""
-    return cfg is not None and cfg.enabled and cfg.sync_interval > 1
-
-
 class HaloResolver:
-    """Decides each step where the halo rows of one tensor come from (see module docstring).
+    """One tensor's halo rows on one trainer: observes the synced rows, serves the stale
+    ones, counts them by origin (see module docstring).
 
     ``ids``: the tracked rows' global ids in row order (``None``: fixed by the first sync
     pull, sorted, as for a stock script's tensor); ``agent``: a function returning the
     agent client (called when the first table is made), or ``None`` for exact exchange
     (every row pulled at every step); ``edge_counts(ids)``: per tracked row, its edges into
-    this partition, which rank rows for prediction; ``transfer``: offer the drift transfer (``gated``, fixed policy, rows in
-    memory); ``static``: read-only rows, served from an exact cache after their first pull
-    (``static_cache``: its budget and ranking; default: every row, unbounded).
+    this partition, which rank rows for prediction; ``transfer``: offer the drift transfer
+    (``gated``, fixed policy, rows in memory).
     """
 
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, *, table_id: int = 0,
                  ids: np.ndarray | None = None, dim: int | None = None,
                  agent: "Callable[[], AgentClient] | None" = None,
                  edge_counts: "Callable[[np.ndarray], np.ndarray] | None" = None,
-                 transfer: bool = False, static: bool = False,
-                 static_cache: "StaticRowCache | None" = None):
+                 transfer: bool = False):
         self.cfg, self.counters = cfg, counters
-        self.table_id, self.agent, self.static = table_id, agent, static
+        self.table_id, self.agent = table_id, agent
         self._edge_counts = edge_counts
-        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled) if cfg is not None else None
         self.table = None
         self.ids = None if ids is None else np.asarray(ids, dtype=np.int64)
         self.transfer = None
         self._want_transfer = transfer
         if agent is not None and self.ids is not None:
             self._new_table(self.ids, dim)
-        self.static_cache = (static_cache if static_cache is not None else StaticRowCache(None)) if static else None
         self._memo = None  # (step, rows, origin) a training pass used (evaluation reuses them)
         self._average = None  # smoothing > 0: the exponential average of the synced rows
         self._spare = None  # the average before it: the buffer of the next one
         self._preview_step = None  # the sync step whose preview the agent was asked for ahead
         self._scoring = None  # a sync step's transfer work not yet done: (own rows, cache, agent rows, fresh)
 
-    # ------------------------------------------------------------------ schedule
-    @property
-    def predicting(self) -> bool:
-        return self.table is not None
-
-    def mode(self, step: int) -> str:
-        """``sync`` or ``stale`` at ``step`` (stale only once the agent has history to serve)."""
-        if self.table is None or self.schedule is None:
-            return "sync"
-        return self.schedule.mode(step)
-
+    # ------------------------------------------------------------------ deferred work
     def settle(self) -> None:
         """Do the last sync step's transfer work if it is still to do
         (:meth:`DriftTransfer.sync <dgl_sni.sni.transfer.DriftTransfer.sync>`: score the
         map, re-base it), counted as ``transfer_s``. A sync step leaves it for later: the
-        exchange settles where the trainer would otherwise wait on the network (the next
-        layer's rows, the halo gradients) and at the end of the step. Every entry point
+        planner settles where the trainer would otherwise wait on the network (the next
+        layer's rows, the halo gradients) and at the start of every step. Every entry point
         settles first, so the transfer is never read half-updated."""
         if self._scoring is not None:
             work, self._scoring = self._scoring, None
@@ -358,39 +199,17 @@ class HaloResolver:
             return False
         return (own_rows and transfer is not None and transfer.ready) or self.cfg.measure_staleness
 
-    # ------------------------------------------------------------------ resolving
-    def resolve(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
-                ids: np.ndarray | None = None, mode: str | None = None,
-                next_syncs: bool = False) -> Resolved:
-        """The halo rows of ``step``: every tracked row (``ids=None``) or the rows of ``ids``.
-
-        ``own``: this worker's own rows of the layer now (the drift transfer needs them);
-        ``training``: the pass trains (observations, transfer scores and the rows reused
-        by the evaluation of the same step happen only then); ``mode``: ``sync`` or
-        ``stale`` as the caller's schedule decided (the full-graph exchange: its schedule,
-        and exact evaluation pulls fresh rows at a stale step), else this resolver's own;
-        ``next_syncs``: step ``step + 1`` syncs whatever happens before it (the caller's
-        schedule says so). A stale training step then asks the agent for that sync's
-        preview as soon as it has its own rows, so the agent computes it during this step
-        and the sync step only collects it.
-        """
+    # ------------------------------------------------------------------ rows
+    def fresh(self, step: int, training: bool, fresh: np.ndarray, own: np.ndarray | None = None,
+              ids: np.ndarray | None = None, origin: Origin = Origin.PULLED) -> Resolved:
+        """A sync step's ``fresh`` rows (every tracked row, or the rows of ``ids``), just pulled
+        from their owners (``origin``: ``PULLED`` or ``TIER``). A training step hands them to
+        the agent's table (smoothed where ``smooth`` asks) and to the drift transfer, whose
+        scoring of this step's preview is left for :meth:`settle`; ``own``: this worker's own
+        rows of the layer now (the transfer needs them). ``Resolved.blend`` says how the
+        cache's rows follow these (see :class:`Resolved`)."""
         self.settle()
-        if self.static:
-            return self._resolve_static(source, ids)
-        mode = self.mode(step) if mode is None or self.table is None else mode
-        if mode == "sync":
-            return self._resolve_sync(step, training, source, own, ids)
-        resolved = self._resolve_stale(step, training, source, own, ids)
-        if next_syncs and training and ids is None:
-            self.prefetch_preview(step + 1, own_rows=own is not None)
-        return resolved
-
-    def _resolve_sync(self, step, training, source, own, ids) -> Resolved:
-        source.publish()
-        fresh = source.pull(ids)
-        resolved = Resolved(fresh, _origins(fresh.shape[0], source.origin))
-        if source.origin == Origin.PIPELINED:
-            self.counters.add("pipelined_rows", fresh.shape[0])
+        resolved = Resolved(fresh, _origins(fresh.shape[0], origin))
         if self.agent is None or not training or fresh.ndim != 2 or fresh.dtype != np.float32:
             return resolved
         if ids is not None:  # a stock script's pull: observe the tracked rows it holds
@@ -402,7 +221,7 @@ class HaloResolver:
         want = self._wants_preview(own is not None)
         if want:
             # what would this step have served? (the transfer's gates score it; measured on
-            # request); prefetched by the exchange at the start of the step
+            # request); prefetched by the planner at the start of the step
             with self.counters.timing("agent_wait_s"):  # blocked on the agent's reply
                 used, weight = table.preview(step)
             if scoring and self.cfg.measure_staleness:  # what it served, with the chosen rows moved
@@ -414,7 +233,7 @@ class HaloResolver:
         elif prefetched:  # asked for, but the rows it was for did not come (not in memory)
             table.preview(step)
         synced = table.synced  # observe replaces it (a new array): the scoring keeps the old one
-        g = self.cfg.smoothing if self._average is not None else 0.0
+        g = self.cfg.smooth if self._average is not None else 0.0
         smoothed = self._smoothed(fresh)
         table.observe(step, smoothed, handed=smoothed is self._average)  # the average: not changed again
         resolved.blend = (g, table.observations)
@@ -422,11 +241,34 @@ class HaloResolver:
             self._scoring = (np.array(own, dtype=np.float32), synced, used if scoring else None, fresh)
         return resolved
 
+    def served(self, step: int, training: bool, source: HaloSource, own: np.ndarray | None = None,
+               next_syncs: bool = False) -> Resolved:
+        """A stale step's rows of every tracked row: the agent's (cache, prediction), the
+        drift transfer's where its gates are open, and under the adaptive policy rows pulled
+        again through ``source``, which also gives the true rows where staleness is measured.
+        Evaluation of a step sees the rows its training pass used. ``next_syncs``: step
+        ``step + 1`` syncs whatever happens before it, so a training step asks the agent for
+        that sync's preview as soon as it has its own rows."""
+        self.settle()
+        resolved = self._resolve_stale(step, training, source, own, None)
+        if next_syncs and training:
+            self.prefetch_preview(step + 1, own_rows=own is not None)
+        return resolved
+
+    def resolve_ids(self, step: int, mode: str, source: HaloSource, ids: np.ndarray) -> Resolved:
+        """The rows of ``ids`` at a training step of a stock script (the switch): on a ``sync``
+        step (or before the agent has history) pulled and observed, on a ``stale`` step served,
+        rows never synchronised pulled."""
+        self.settle()
+        if mode == "sync" or self.table is None:
+            return self.fresh(step, True, source.pull(ids), ids=ids)
+        return self._resolve_stale(step, True, source, None, ids)
+
     def _smoothed(self, fresh: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """What the agent observes at a sync: the fresh rows, or (smoothing S > 0) their
         exponential average over syncs, ``S * previous + (1 - S) * fresh``; ``rows``: only
         those rows were pulled (the adaptive policy), and only their averages move."""
-        g = self.cfg.smoothing
+        g = self.cfg.smooth
         if not g:
             return fresh
         if self._average is None:
@@ -529,28 +371,6 @@ class HaloResolver:
         seen[pos[known]] = True
         self.table.observe(step, full if seen.all() else full[seen],
                            None if seen.all() else np.flatnonzero(seen))
-
-    def _resolve_static(self, source, ids) -> Resolved:
-        """Read-only rows: cached ones from the exact cache (``STATIC``), the others pulled
-        (``PULLED``; the cache keeps those it has room for). Duplicates are pulled once."""
-        ids = np.asarray(ids, dtype=np.int64)
-        cache = self.static_cache
-        slot = cache.slots(ids)
-        miss = slot < 0
-        if miss.any():
-            uniq, inverse = np.unique(ids[miss], return_inverse=True)
-            fetched = np.asarray(source.pull(uniq))
-            cache.admit(uniq, fetched)
-            rows = np.empty((ids.size,) + fetched.shape[1:], dtype=fetched.dtype)
-            rows[miss] = fetched[inverse]
-        else:
-            rows = np.empty((ids.size,) + cache.row_shape, dtype=cache.dtype)
-        hit = ~miss
-        if hit.any():
-            rows[hit] = cache.rows_at(slot[hit])
-        self.counters.add("served_rows", int(hit.sum()))
-        origin = np.where(miss, int(Origin.PULLED), int(Origin.STATIC)).astype(np.uint8)
-        return Resolved(rows, origin)
 
     # ------------------------------------------------------------------ set-up
     def _new_table(self, ids: np.ndarray, dim: int) -> None:

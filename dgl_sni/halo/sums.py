@@ -15,13 +15,12 @@ halo rows' gradients are still pushed to their owners (``--stale-grad exchange``
 ``scale * A_halo^T dL/dS``, over the halo edges only. Sync steps and evaluation use the
 whole block and are unchanged, so interval 1 stays exact.
 
-:class:`HaloSplit` owns the split of one trainer's block (built once by the trainer);
-:class:`HaloSums` is the capability an exchange declares (``KVHaloExchange`` implements it,
-with the sums cached per layer); the model's ``forward_summed`` drives it.
+:class:`BlockSplit` owns the split of one trainer's block (built once by the trainer);
+:class:`KeptSums` the sums kept for the stale steps (owned by the step planner, which
+decides when they serve). The model takes a layer's sum through
+:meth:`~dgl_sni.halo.rows.HaloRows.halo_sum` where the plan's form is ``SUM``.
 """
 from __future__ import annotations
-
-from typing import Protocol, runtime_checkable
 
 import torch
 
@@ -34,13 +33,14 @@ from .averages import mix
 from storage_tier.block import GraphBlock, edge_key
 
 
-class HaloSplit:
+class BlockSplit:
     """One trainer's block split at its owned rows: ``local`` (owned sources, self loops
     included) and ``halo`` (halo sources), with the reversed halo graph the halo gradients
     are summed over, the destinations' in-degrees and the halo rows' input sums.
 
     Built once per block by :class:`~dgl_sni.train.full_graph.FullGraphTrainer`; read by
-    the model's ``forward_summed`` and by the exchange's :meth:`HaloSums.halo_sum`.
+    the model's layers that take their halo rows apart or summed, and by the exchange's
+    :meth:`~dgl_sni.halo.rows.HaloRows.halo_sum`.
     ``x_src``: the block's input rows (owned first); the sum of the halo input rows is
     computed once per scale, since input features never change: whole (``static_sum``) or
     as its rows at ``halo_dst``, the owned rows with a halo in-edge (``static_rows``; the
@@ -115,27 +115,9 @@ class HaloSplit:
         return out.index_copy(0, self.halo_dst, rows)
 
 
-# Sync steps of ``--sync-halo auto`` take the input layer's halo rows as rows (interval 1's
-# step) where they are at most this many times the owned rows with a halo in-edge, and sum
-# them (``inputs``) where they are more. Summing pays for its own projection of one row per
-# such owned row, apart from the owned rows' projection, and that costs more per row than the
-# halo rows folded into it: on CiteSeer's 4 METIS parts (3703-wide inputs) the sync steps
-# projected 191 summed rows in 0.59 ms of a trainer's CPU (forward and weight gradient)
-# against 0.35 ms for its 200 halo rows within the owned projection. The synthetic graphs'
-# partitions have 2.4-2.5 halo rows per owned row, Cora's and CiteSeer's 1-29 per 100.
-ROWS_PER_REACHED_ROW = 2.0
-
-
-def choose_sync_halo(halo_rows: int, reached_rows: int) -> str:
-    """``rows`` or ``inputs`` for ``--sync-halo auto``, from the halo rows of the input layer
-    and the owned rows they reach (with a halo in-edge; each count summed over the trainers,
-    so every trainer chooses the same); see :data:`ROWS_PER_REACHED_ROW`."""
-    return "rows" if halo_rows <= ROWS_PER_REACHED_ROW * reached_rows else "inputs"
-
-
 def halo_destinations(src: torch.Tensor, dst: torch.Tensor, num_owned: int) -> torch.Tensor:
     """The owned rows (destinations) with an in-edge from a halo row (a source at
-    ``num_owned`` or beyond), ascending: :attr:`HaloSplit.halo_dst`."""
+    ``num_owned`` or beyond), ascending: :attr:`BlockSplit.halo_dst`."""
     return torch.unique(dst[src >= num_owned])
 
 
@@ -156,11 +138,22 @@ class KeptSums:
     (:attr:`~dgl_sni.halo.resolver.Resolved.blend`: the smoothing averages the fresh rows
     into the cache), so the stale steps after it sum nothing; where
     the kept sum is not of the version before, it is dropped and the next stale step sums
-    anew. Owned by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
+    anew. Owned by :class:`~dgl_sni.halo.plan.HaloPlanner`: a stale step whose cache rows
+    are those of the kept version takes the kept sum (:meth:`current`).
     """
 
     def __init__(self):
         self._kept = {}  # layer -> (version, scale, sum)
+
+    def current(self, layer: int, version: int | None) -> torch.Tensor | None:
+        """The kept sum of ``layer`` where it is of the rows of ``version`` (else ``None``)."""
+        kept = self._kept.get(layer)
+        return kept[2] if version is not None and kept is not None and kept[0] == version else None
+
+    def scaled_by(self, layer: int, scale) -> bool:
+        """The sum kept for ``layer`` was summed with ``scale`` (the same tensor)."""
+        kept = self._kept.get(layer)
+        return kept is not None and kept[1] is scale
 
     def version(self, layer: int) -> int | None:
         """The version of the rows whose sum is kept for ``layer`` (``None``: none kept)."""
@@ -201,64 +194,3 @@ def _sub_block(block: GraphBlock, src, dst, num_src: int, rows: slice) -> GraphB
     return GraphBlock(graph=graph, num_src=num_src, num_dst=block.num_dst, src_norm=block.src_norm[rows],
                       dst_norm=block.dst_norm, src_keys=block.src_keys[rows],
                       edge_keys=torch.from_numpy(edge_key(keys[src.numpy() + rows.start], keys[dst.numpy()])))
-
-
-@runtime_checkable
-class HaloSums(Protocol):
-    """An exchange that can hand a stale step's layers the sum of their halo rows.
-
-    * ``sums_halo()``: the current (training) step takes summed halo rows (a stale step
-      of a run that asked for them);
-    * ``sums_inputs()``: the current training step takes the sum of the halo input rows
-      (layer 0), its other layers taking halo rows as rows unless ``sums_halo()``;
-    * ``start_halo(layer, owned)``: called with layer ``layer``'s owned input rows
-      before the layer uses them; starts moving the halo rows where the sum needs them and
-      returns the owned rows for the layer to use (the same values; its backward may add
-      the gradient the others sent for them, once all their uses have theirs);
-    * ``halo_sum(layer, owned, split, scale)``: the sum (:meth:`HaloSplit.sum_rows`) of the
-      halo rows of layer ``layer``'s input, ``owned`` being what ``start_halo``
-      returned; differentiable in ``owned``: backward pushes the halo rows' gradients, and
-      the gradient the others sent for the owned rows reaches them here or through
-      ``start_halo``.
-
-    Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
-    :meth:`~dgl_sni.models.FullGraphGNN.forward_summed`.
-    """
-
-    def sums_halo(self) -> bool: ...
-
-    def sums_inputs(self) -> bool: ...
-
-    def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
-
-    def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit,
-                 scale: torch.Tensor | None) -> torch.Tensor: ...
-
-
-@runtime_checkable
-class SplitHalo(Protocol):
-    """An exchange whose passes can hand a layer its halo rows apart from its owned rows,
-    so a layer linear in its halo rows (:class:`~dgl_sni.models.HaloLinear`) aggregates its
-    owned rows while the halo rows travel (same values as the whole block's forward, to
-    float rounding).
-
-    * ``takes_rows_apart()``: the current pass allows it;
-    * ``start_halo(layer, owned)``: as :class:`HaloSums` (the pull is sent here);
-    * ``halo_sum(layer, owned, split, scale, mask)``: :meth:`HaloSplit.sum_rows` of the
-      halo rows of layer ``layer``'s input dropped by ``mask`` (the layer's keyed input
-      dropout, ``None``: none), ``owned`` being what ``start_halo`` returned; backward
-      pushes the rows' gradients (:meth:`HaloSplit.rows_grad` with the mask), and the
-      gradient the others sent for the owned rows reaches them through ``start_halo``. An
-      exchange whose stale steps sum halo rows keeps the undropped sum of a sync step's
-      rows for them, summed in the same pass (:meth:`HaloSplit.dropped_sums`).
-
-    Implemented by :class:`~dgl_sni.halo.exchange.KVHaloExchange`; called by
-    :meth:`~dgl_sni.models.FullGraphGNN.forward` when the trainer hands it a :class:`HaloSplit`.
-    """
-
-    def takes_rows_apart(self) -> bool: ...
-
-    def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
-
-    def halo_sum(self, layer: int, owned: torch.Tensor, split: HaloSplit, scale: torch.Tensor | None,
-                 mask: KeyedMask | None = None) -> torch.Tensor: ...

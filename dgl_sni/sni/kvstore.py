@@ -5,9 +5,10 @@ or ``DGL_SNI_CONFIG=path`` is set: the start-up hook imports ``dgl_sni`` with ``
 the script needs no edit) puts :class:`SNIKVClient` in front of the trainer's KVClient
 ``pull`` and ``push``. Every pull's ids become int64 (DGL 2.1's distributed pull fails on
 int32); a tensor with its own pull handler, or one that is not managed, goes to DGL's
-``pull`` unchanged. Where rows come from is decided by one
-:class:`~dgl_sni.halo.resolver.HaloResolver` per tensor (the one the full-graph exchange
-uses):
+``pull`` unchanged. Where rows come from is decided here, by the run's one sync schedule,
+with one :class:`~dgl_sni.halo.resolver.HaloResolver` per served tensor (the rows' values,
+as the full-graph trainers' resolvers give them) and one
+:class:`~dgl_sni.sni.static_cache.StaticRowCache` per static tensor:
 
 * **static node data** (input features: node data DistGraph loaded from the partitions and
   this machine never wrote, or tensors named in ``static``): remote rows come from a
@@ -59,9 +60,11 @@ from patches import (dist_tensor_class, distgraph_init_hook, initialize_hook, kv
 
 from ..config import SNIConfig
 from ..config.sni import cache_budget
-from ..halo.resolver import HaloResolver, Origin, StaticRowCache, may_serve_stale
+from ..halo.resolver import HaloResolver
 from ..metrics import Counters
 from .notices import NoticeBoard, register_services
+from .schedule import SyncSchedule
+from .static_cache import StaticRowCache
 
 _ORIGINAL_DIST_TENSOR = _dist_tensor.DistTensor
 _STATE = {"client": None, "graph": None, "atexit": False}
@@ -173,8 +176,9 @@ class _ExchangeUse:
 class _Tensor:
     """What the switch knows about one KVStore tensor on this trainer: its counters, how it
     is used, and (where its rows may be served or cached) its
-    :class:`~dgl_sni.halo.resolver.HaloResolver`. Local rows are read from shared memory as
-    DGL does."""
+    :class:`~dgl_sni.halo.resolver.HaloResolver` or
+    :class:`~dgl_sni.sni.static_cache.StaticRowCache`. Local rows are read from shared memory
+    as DGL does."""
 
     PULL_LOG = 100_000  # the wire bytes of a tensor's first pulls are kept, one number each
 
@@ -187,12 +191,11 @@ class _Tensor:
         self.cached_elsewhere = role == "static"  # other machines may hold any row: every write is posted
         self.use = _ExchangeUse()
         self.step = 0
-        self.resolver = None
+        self.resolver = self.static_cache = None
         self._dirty = None  # named tensors: rows this machine wrote since the last sync
         self._source = _PullSource(self)
         if role == "static":
-            self.resolver = HaloResolver(None, self.counters, static=True,
-                                         static_cache=client.new_static_cache(self))
+            self.static_cache = client.new_static_cache(self)
         elif role in ("exchange", "named") and may_serve_stale(client.cfg):
             self.resolver = HaloResolver(client.cfg, self.counters, table_id=client.new_table_id(),
                                          agent=client.agent, edge_counts=client.edge_counts)
@@ -213,9 +216,9 @@ class _Tensor:
             return
         if self.role == "static":
             if self.user_name in self.client.cfg.static:
-                self.resolver.static_cache.invalidate(ids.numpy())
+                self.static_cache.invalidate(ids.numpy())
             else:  # detected as read-only, but written: exact from now on
-                self.resolver.static_cache.invalidate()
+                self.static_cache.invalidate()
                 self._to_plain("written by this machine")
         elif self.role == "exchange":
             self.use.on_push(bool(own.all()))
@@ -234,9 +237,9 @@ class _Tensor:
                 return
         if self.role == "static":
             if self.user_name in self.client.cfg.static:
-                self.resolver.static_cache.invalidate(ids)
+                self.static_cache.invalidate(ids)
             else:  # detected as read-only, but written elsewhere: exact from now on
-                self.resolver.static_cache.invalidate()
+                self.static_cache.invalidate()
                 self._to_plain("written by another machine")
         elif self.role == "exchange":
             self._to_plain("another machine wrote rows of other machines")
@@ -251,7 +254,7 @@ class _Tensor:
             self._to_plain(self.use.reason)
 
     def _to_plain(self, why: str) -> None:
-        self.role, self.resolver = "plain", None
+        self.role, self.resolver, self.static_cache = "plain", None, None
         self.counters.extra["exact_because"] = why
 
     # ------------------------------------------------------------------ reads
@@ -283,15 +286,23 @@ class _Tensor:
                 self.counters.add("pulled_bytes", rows.numel() * rows.element_size())
                 remote, rids = remote[torch.from_numpy(~fresh)], rids[~fresh]
             if rids.size:
-                resolved = self.resolver.resolve(step, True, self._source, ids=rids)
+                if self.static_cache is not None:
+                    resolved = self.static_cache.lookup(rids, self._source.pull, self.counters)
+                else:
+                    resolved = self.resolver.resolve_ids(step, self._mode(step), self._source, rids)
                 out[remote] = torch.from_numpy(resolved.rows)
         return out
+
+    def _mode(self, step: int) -> str:
+        """``sync`` or ``stale`` at this tensor's step ``step``: the run's schedule, once the
+        agent has history to serve (a table, made at the first sync)."""
+        return "sync" if self.resolver.table is None else self.client.schedule.mode(step)
 
     def _fresh_rows(self, step: int, rids: np.ndarray):
         """Named tensors: which of ``rids`` must be pulled now (written here since the last sync)."""
         if self._dirty is None:
             return None
-        if self.resolver.mode(step) == "sync":  # the sync pulls and observes them all
+        if self._mode(step) == "sync":  # the sync pulls and observes them all
             self._dirty = None
             return None
         return np.isin(rids, self._dirty)
@@ -299,8 +310,6 @@ class _Tensor:
 
 class _PullSource:
     """A tensor's remote rows through DGL's own pull (the script publishes its rows)."""
-
-    origin = Origin.PULLED
 
     def __init__(self, tensor: _Tensor):
         self.tensor = tensor
@@ -337,6 +346,7 @@ class SNIKVClient:
 
     def __init__(self, kv, cfg: SNIConfig, standalone: bool = False):
         self.kv, self.cfg, self.standalone = kv, cfg, standalone
+        self.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)  # the run's one schedule
         self.tensors = {}
         self._agent = None
         self.agent_started = False
@@ -497,27 +507,44 @@ def _is_standalone(kv) -> bool:
     return isinstance(kv, SAKVClient) or os.environ.get("DGL_DIST_MODE", "standalone") == "standalone"
 
 
+def may_serve_stale(cfg: "SNIConfig | None") -> bool:
+    """Whether a tensor under this configuration can ever be served without a pull (a stale
+    step): never with no predictor or at sync interval 1, so the switch then starts no agent
+    and passes every pull to DGL."""
+    return cfg is not None and cfg.enabled and cfg.sync_interval > 1
+
+
+# settings of dgl-sni train that the switch cannot apply: it moves a script's rows as DGL does
+# (no quantization), serves them as observed (no smoothing: a script's pulls observe any subset
+# of rows) and the script's layers take rows (no summed rows). Given explicitly, they are refused.
+_TRAIN_ONLY = {
+    "smooth": "smoothing the synced rows is a dgl-sni train setting; the stock-script switch serves the "
+              "synced rows as they are (set smooth to 0)",
+    "quantize": "quantized halo rows are a dgl-sni train setting; the stock-script switch moves a script's "
+                "rows as DGL does (set quantize to 0)",
+    "stale_halo": "summed halo rows are a dgl-sni train setting (its models' layers take them); the "
+                  "stock-script switch serves a script's rows (set stale_halo to rows)",
+}
+
+
 def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
-    """Switch SNI on for this trainer (after ``dgl.distributed.initialize``)."""
+    """Switch SNI on for this trainer (after ``dgl.distributed.initialize``). ``config``: the
+    settings (a dict, as in ``DGL_SNI_CONFIG``: the switch's preset ``fast`` sets the rest; or
+    an :class:`SNIConfig`, whose settings other than the defaults count as given); ``None``:
+    from the environment, or the switch's preset alone."""
+    if isinstance(config, SNIConfig):
+        defaults = SNIConfig().as_dict()
+        config = {k: v for k, v in config.as_dict().items() if k in config.given or v != defaults[k]}
     if isinstance(config, dict):
         config = SNIConfig.from_dict(config)
-    cfg = (config or SNIConfig.from_env() or SNIConfig()).validate()
+    cfg = config or SNIConfig.from_env() or SNIConfig.from_dict({})
     budget = os.environ.get("DGL_SNI_CACHE_BUDGET")  # dgl-sni launch --cache-budget
     if budget:
         cfg.feature_cache_bytes = budget
         cfg.validate()
-    if cfg.smooth:
-        raise ValueError(f"smooth={cfg.smooth}: smoothing the synced rows is a dgl-sni train setting; the "
-                         f"stock-script switch serves the synced rows as they are (set smooth to 0)")
-    cfg.smooth = 0.0  # unset (None) means dgl-sni train's default; here it is off
-    if cfg.quantize:
-        raise ValueError(f"quantize={cfg.quantize}: quantized halo rows are a dgl-sni train setting; the "
-                         f"stock-script switch moves a script's rows as DGL does (set quantize to 0)")
-    cfg.quantize = 0
-    if cfg.stale_halo == "summed":
-        raise ValueError("stale_halo=summed: summed halo rows are a dgl-sni train setting (its models' layers "
-                         "take them); the stock-script switch serves a script's rows (set stale_halo to rows)")
-    cfg.stale_halo = "rows"
+    for name, why in _TRAIN_ONLY.items():
+        if name in cfg.given and getattr(cfg, name) != SNIConfig.from_dict({}).as_dict()[name]:
+            raise ValueError(f"{name}={getattr(cfg, name)}: {why}")
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")
@@ -537,6 +564,7 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
             _STATE["atexit"] = True
     else:
         client.cfg = cfg
+        client.schedule = SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled)
     if graph is not None:
         _STATE["graph"] = graph
     return client

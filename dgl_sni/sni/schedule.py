@@ -135,7 +135,7 @@ class GuardedSchedule:
 
     The losses are the all-reduced training losses, the same on every worker, so every
     worker takes the same decisions with no traffic. Fed by the worker after each
-    training step (:meth:`observe`), through :meth:`KVHaloExchange.watch_loss`.
+    training step (:meth:`observe`), through :meth:`~dgl_sni.halo.plan.HaloPlanner.watch_loss`.
     """
 
     def __init__(self, warmup: int, budget: int, tolerance: float, enabled: bool = True, grow_after: int = 2):

@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 
 from ..collective import LocalCollective
-from ..halo.sums import HaloSplit, HaloSums, SplitHalo
+from ..halo.rows import Form
+from ..halo.sums import BlockSplit
 from ..metrics import Counters
 from ..models import FullGraphGNN, identity_exchange, init_model
 from .base import LocalView, ModelConfig, TrainerBase
@@ -30,11 +31,7 @@ class FullGraphTrainer(TrainerBase):
         self.cfg, self.view = cfg, view
         self.collective = collective or LocalCollective()
         self.exchange = exchange
-        # stale steps of a run that sums halo rows (dgl_sni.halo.sums) run on the block's split,
-        # and so do the layers of other passes that take halo rows apart (SplitHalo)
-        self._sums = exchange if isinstance(exchange, HaloSums) else None
-        self._apart = isinstance(exchange, SplitHalo)
-        self._split: HaloSplit | None = None
+        self._split: BlockSplit | None = None  # made at the first pass whose layers take halo rows apart or summed
         self.counters = counters or self.collective.counters
         self.model: FullGraphGNN = init_model(
             cfg.seed, cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers,
@@ -50,11 +47,12 @@ class FullGraphTrainer(TrainerBase):
         if self.global_counts[0] == 0:
             raise ValueError("no training node: the train split is empty")
 
-    def _halo_split(self) -> HaloSplit | None:
-        """The block split at its owned rows, made at first use where the exchange sums halo
-        rows or takes them apart (``None`` otherwise)."""
-        if self._split is None and (self._sums is not None or self._apart):
-            self._split = HaloSplit(self.view.block, self.view.x_src)
+    def _halo_split(self) -> BlockSplit | None:
+        """The block split at its owned rows, made at the first pass where a layer takes its
+        halo rows apart or summed (``None`` while every layer takes whole rows)."""
+        if self._split is None and any(self.exchange.form(layer) is not Form.ROWS
+                                       for layer in range(self.cfg.layers)):
+            self._split = BlockSplit(self.view.block, self.view.x_src)
         return self._split
 
     # ------------------------------------------------------------------ training
@@ -64,13 +62,8 @@ class FullGraphTrainer(TrainerBase):
         self.model.train()
         self.epoch_step = self.step
         mode = self._begin(self.step, training=True)
-        if self._sums is not None and (self._sums.sums_halo() or self._sums.sums_inputs()):
-            rows = None if self._sums.sums_halo() else (self.view.block, self.exchange)
-            logits = self.model.forward_summed(self._halo_split(), self._sums, step=self.step,
-                                               dropout_seed=self.cfg.dropout_seed, rows=rows)
-        else:
-            logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
-                                dropout_seed=self.cfg.dropout_seed, split=self._halo_split())
+        logits = self.model(self.view.block, self.view.x_src, self.exchange, step=self.step,
+                            dropout_seed=self.cfg.dropout_seed, split=self._halo_split())
         mask = self.view.train_mask
         # Sum of per-node losses over the owned training nodes, divided by the *global*
         # number of training nodes: the workers' losses and gradients add up to the

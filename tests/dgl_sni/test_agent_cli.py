@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import run_cli
+from tests.helpers import run_cli
 from dgl_sni.agent_cli import (DRY_RUN_STAGE, AgentCliError, DpuHost, deploy_commands, parse_hosts, unit_path,
                                unit_text)
 from dpu_agent.binary import agent_command

@@ -14,7 +14,7 @@ from dgl_sni.cluster import ClusterError, LocalCluster
 from dgl_sni.data import load_npz
 from dgl_sni.partition import load_orig_nids, partition
 
-from conftest import ROOT, leftover_namespaces, needs_netns, run_cli
+from tests.helpers import ROOT, leftover_namespaces, needs_netns, run_cli
 
 
 def _alive(pid):

@@ -7,7 +7,7 @@ from dgl_sni.data import (DatasetError, GraphData, load_dataset, load_dgl, load_
                           synthetic)
 from storage_tier.partitioner import cut_stats
 
-from conftest import shared_dataset
+from tests.helpers import shared_dataset
 
 
 def test_synthetic_is_deterministic_and_well_formed():

@@ -10,12 +10,12 @@ import torch
 
 import dgl_sni.models as models
 from dgl_sni.models import init_model
-from storage_tier.protocols import NoExchange
+from dgl_sni.halo.rows import WholeGraph
 
-from test_sums import _partition_block
+from tests.dgl_sni.halo.test_sums import _partition_block
 
 
-class _Halo(NoExchange):
+class _Halo(WholeGraph):
     """Layers above the input get fixed halo rows after the owned ones."""
 
     def __init__(self, num_halo):

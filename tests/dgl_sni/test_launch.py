@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from conftest import ROOT, needs_netns
+from tests.helpers import ROOT, needs_netns
 
 RECORD = textwrap.dedent("""
     import json, os, sys

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 SCRIPT = r"""
 import hashlib, json, os, sys, tempfile

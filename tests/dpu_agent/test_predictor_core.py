@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from dpu_agent import GatedPredictor, HoltPredictor, TrendPredictor
-from numpy_ref import NumpyGatedPredictor, NumpyHoltPredictor, NumpyTrendPredictor  # tests/dpu_agent
+from tests.dpu_agent.numpy_ref import NumpyGatedPredictor, NumpyHoltPredictor, NumpyTrendPredictor
 
 RTOL = 1e-5
 

@@ -4,7 +4,7 @@ import pytest
 
 from dpu_agent.tables import Agent, HistoryTable
 
-from table_ref import HistoryTable as NumpyTable
+from tests.dpu_agent.table_ref import HistoryTable as NumpyTable
 
 
 def _same(a, b):

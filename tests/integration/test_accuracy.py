@@ -1,7 +1,7 @@
 """Full-graph GCN on Cora through the emulated cluster reaches the GCN paper's accuracy."""
 import statistics
 
-from conftest import needs_netns, shared_dataset, train_sweep
+from tests.helpers import needs_netns, shared_dataset, train_sweep
 
 
 @needs_netns

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, needs_netns, read_metrics, run_cli
+from tests.helpers import ROOT, needs_netns, read_metrics, run_cli
 from dpu_agent import protocol
 from dpu_agent.binary import BINARY
 from dpu_agent.client import spawn_agent

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import ROOT, needs_netns, read_metrics, run_cli
+from tests.helpers import ROOT, needs_netns, read_metrics, run_cli
 from dpu_agent.binary import agent_command
 
 EPOCHS, KILL_AT = 16, 11  # warm-up 4, interval 5: syncs at 4, 9, 14; the agent is hit before stale epoch 11

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from conftest import ROOT, needs_netns, run_cli, train_sweep
+from tests.helpers import ROOT, needs_netns, run_cli, train_sweep
 
 
 @pytest.fixture(scope="module")

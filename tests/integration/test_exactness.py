@@ -12,7 +12,7 @@ from dgl_sni.data import load_npz
 from dgl_sni.reference import train_reference
 from dgl_sni.train import ModelConfig
 
-from conftest import needs_netns, read_metrics, run_cli, train_sweep
+from tests.helpers import needs_netns, read_metrics, run_cli, train_sweep
 
 TOL = 1e-4
 MODELS = [(model, layers) for model in ("gcn", "gat") for layers in (2, 3)]

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 PACKAGES = ("patches", "dpu_agent", "storage_tier", "dgl_sni")
 RULES = {

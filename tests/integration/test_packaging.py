@@ -3,7 +3,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 
 def _python(code, env):

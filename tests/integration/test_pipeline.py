@@ -13,7 +13,7 @@ wire while the trainer computes.
 import pytest
 import torch
 
-from conftest import needs_netns, train_sweep
+from tests.helpers import needs_netns, train_sweep
 
 COMMON = ("--workers", 2, "--model", "gcn", "--layers", 3, "--hidden", 16, "--seed", 0)
 

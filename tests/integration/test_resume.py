@@ -1,4 +1,4 @@
-"""A stopped run resumes from its last checkpoint (``--resume DIR``, issue 13 item 4).
+"""A stopped run resumes from its last checkpoint (``--resume DIR``).
 
 A run killed at epoch k and resumed must give the losses of an unbroken run (sync interval 1,
 dropout 0.5: the dropout masks are keyed by the optimisation step, which the checkpoint
@@ -21,7 +21,7 @@ import time
 import pytest
 import torch
 
-from conftest import ROOT, needs_netns, read_metrics, run_cli
+from tests.helpers import ROOT, needs_netns, read_metrics, run_cli
 from dgl_sni.config import TrainConfig
 from dgl_sni.config.output import find_checkpoint
 from dgl_sni.data import synthetic

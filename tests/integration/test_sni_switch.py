@@ -1,6 +1,6 @@
 """The one-flag switch: a stock DistDGL script (no dgl_sni import) with and without DGL_SNI.
 
-Each test reproduces one failure of issue 12 with the project's own scripts
+Each test reproduces a way a stock script uses DistDGL, with the project's own scripts
 (tests/scripts/): standalone mode, custom pull handlers, index forms, int32 ids, buffers
 rewritten and read in other patterns, writes this machine made, no agent where nothing can
 be stale, and the feature cache.
@@ -15,7 +15,7 @@ import pytest
 from dgl_sni.data import load_npz
 from dgl_sni.partition import partition
 
-from conftest import ROOT, needs_netns, run_cli
+from tests.helpers import ROOT, needs_netns, run_cli
 
 SCRIPT = os.path.join(ROOT, "tests", "scripts", "stock_dist_script.py")
 STANDALONE = os.path.join(ROOT, "tests", "scripts", "standalone_script.py")

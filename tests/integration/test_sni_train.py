@@ -6,7 +6,7 @@ one start-up); each test reads its own runs.
 """
 import pytest
 
-from conftest import needs_netns, train_sweep
+from tests.helpers import needs_netns, train_sweep
 
 BASE = dict(epochs=10, warmup=2, sync_interval=4)
 RUNS = {

@@ -8,7 +8,7 @@ import zipfile
 
 import pytest
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 PTH = "dgl_sni_startup.pth"
 

@@ -4,7 +4,7 @@ import os
 import subprocess
 import sys
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 PATCHES = os.path.join(ROOT, "patches")
 MODULES = sorted(f[:-3] for f in os.listdir(PATCHES) if f.endswith(".py") and f != "__init__.py")

@@ -13,7 +13,7 @@ from storage_tier.partitioner import (PartitionError, auto_levels, edges_to_csr,
                                       partition_from_edges, partition_subgraph,
                                       switching_partition)
 
-from conftest import shared_dataset
+from tests.helpers import shared_dataset
 
 
 def cap_of(n, p, balance=1.1):

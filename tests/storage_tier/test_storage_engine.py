@@ -12,6 +12,7 @@ import torch
 import dgl_sni  # noqa: F401
 from dgl_sni.collective import LocalCollective
 from dgl_sni.data import synthetic
+from dgl_sni.halo.rows import WholeGraph
 from dgl_sni.reference import train_reference, whole_graph_view
 from dgl_sni.train import FullGraphTrainer, LocalView, ModelConfig, TierTrainer
 from benchmarks.tier_baselines import AutogradSpillTrainer
@@ -20,7 +21,7 @@ from storage_tier.io import StorageError
 from storage_tier.protocols import NoExchange
 from storage_tier.subparts import SubpartitionPlan, rowspace_from_view
 
-from conftest import ROOT  # noqa: E402
+from tests.helpers import ROOT  # noqa: E402
 TOL = 1e-5
 TINY = 3 * 4096  # host-cache budget: a few pages, so most reads hit storage
 
@@ -67,7 +68,7 @@ def compare(data, cfg, epochs, tmp_path, **kw):
         return ref, tier, recs
 
 
-class _FlagExchange(NoExchange):
+class _FlagExchange(WholeGraph):
     """The single-process exchange, with flags for the step's all-reduce; records their sums."""
 
     def __init__(self, flags):

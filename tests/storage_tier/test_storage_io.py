@@ -12,7 +12,7 @@ import dgl_sni  # noqa: F401
 from storage_tier.io import (ALIGN, HEADER, BufferPool, IOEngine, StorageError, buffer_nbytes,
                              kvikio_available, padded)
 
-from conftest import ROOT
+from tests.helpers import ROOT
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import dgl_sni  # noqa: F401
-from conftest import ROOT, needs_netns, run_cli
+from tests.helpers import ROOT, needs_netns, run_cli
 from dgl_sni.data import load_npz
 from dgl_sni.partition import partition
 from patches import kvstore_lazy_init

@@ -8,7 +8,7 @@ import math
 import subprocess
 import sys
 
-from conftest import ROOT
+from benchmarks._sweep import ROOT
 from dpu_agent.binary import agent_command
 
 LATENCY = ("stats_rtt_s", "client_stats_rtt_s", "serve_1row_rtt_s", "inline_stats_rtt_s")

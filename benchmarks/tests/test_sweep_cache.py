@@ -1,13 +1,8 @@
 """The benchmarks' sweep runner reuses a finished run only when every setting matches."""
 import json
-import os
-import sys
 
-from conftest import ROOT
+from benchmarks import _sweep
 from dgl_sni.config import TrainConfig
-
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import _sweep  # noqa: E402
 
 DATA = ["--dataset", "synthetic", "--nodes", 2000, "--avg-degree", 20]
 BASE = ["--layers", 3, "--dropout", 0.5]

@@ -5,9 +5,10 @@ import torch
 
 from dgl_sni.config import SNIConfig
 from dgl_sni.config.sni import cache_budget
-from dgl_sni.halo.resolver import HaloResolver, Origin, StaticRowCache, may_serve_stale
+from dgl_sni.halo.resolver import Origin
 from dgl_sni.metrics import Counters
-from dgl_sni.sni.kvstore import _as_ids, _ExchangeUse
+from dgl_sni.sni.kvstore import _as_ids, _ExchangeUse, may_serve_stale
+from dgl_sni.sni.static_cache import StaticRowCache
 
 
 def _steps(use, n, own=True):
@@ -83,10 +84,20 @@ class _Rows:
         raise AssertionError("a static tensor is never peeked")
 
 
+class _StaticTensor:
+    """A static tensor's lookups as the switch makes them (``resolve(step, training, src, ids)``)."""
+
+    def __init__(self, cache, counters):
+        self.static_cache, self.counters = cache, counters
+
+    def resolve(self, _step, _training, src, ids):
+        return self.static_cache.lookup(ids, src.pull, self.counters)
+
+
 def _static(capacity, ranking=None, replan_every=1000):
     counters = Counters()
     cache = StaticRowCache(capacity, ranking, replan_every=replan_every)
-    return HaloResolver(None, counters, static=True, static_cache=cache), counters
+    return _StaticTensor(cache, counters), counters
 
 
 def test_static_rows_are_exact_with_duplicates_and_pulled_once():
@@ -210,9 +221,9 @@ def test_notices_of_other_machines_writes_drop_what_is_held_here():
     client = _Client(sync_interval=3, static=["named_feat"])
     named_static = _Tensor(client, "named_feat", "named_feat", "static")
     src = _Rows()
-    named_static.resolver.resolve(0, True, src, ids=np.array([11, 12, 13]))
+    named_static.static_cache.lookup(np.array([11, 12, 13]), src.pull, Counters())
     named_static.on_notice(np.array([12]))
-    again = named_static.resolver.resolve(1, True, src, ids=np.array([11, 12, 13]))
+    again = named_static.static_cache.lookup(np.array([11, 12, 13]), src.pull, Counters())
     assert again.origin.tolist() == [Origin.STATIC, Origin.PULLED, Origin.STATIC]
     detected = _Tensor(client, "feat", "feat", "static")
     detected.on_notice(np.array([12]))

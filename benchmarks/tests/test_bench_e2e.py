@@ -1,14 +1,10 @@
 """The end-to-end benchmark's judging: time to target, speed-ups and the figures over seeds."""
 import json
 import os
-import sys
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-import bench_e2e  # noqa: E402
+from benchmarks import bench_e2e
 
 
 def _run(name, epoch_s, val, test, interval=1):

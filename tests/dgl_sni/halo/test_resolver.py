@@ -1,9 +1,11 @@
-"""The halo resolver: one origin per row, every row counted once, the same rules on every path."""
+"""The halo resolver: one origin per row, every row counted once, the same rules on every path
+(the planner's sync and stale steps, the stock-script switch's pulls by id)."""
 import numpy as np
 
 from dgl_sni.config import SNIConfig
 from dgl_sni.halo.resolver import HaloResolver, Origin
 from dgl_sni.metrics import Counters
+from dgl_sni.sni.schedule import SyncSchedule
 from dgl_sni.sni.transfer import DriftTransfer
 from dpu_agent.client import InlineAgentClient
 
@@ -13,8 +15,6 @@ IDS = np.arange(100, 100 + 2 * N, 2, dtype=np.int64)  # sorted global ids of the
 
 class FakeSource:
     """Rows that move linearly with the step; records what the resolver asked for."""
-
-    origin = Origin.PULLED
 
     def __init__(self):
         self.step, self.published, self.pulled = 0, 0, []
@@ -34,8 +34,26 @@ class FakeSource:
         return self.truth(IDS)
 
 
+def mode(res, step):
+    """``sync`` or ``stale`` at ``step`` as the planner decides it for this resolver's
+    configuration (stale only once the agent has a table)."""
+    cfg = res.cfg
+    if res.table is None:
+        return "sync"
+    return SyncSchedule(cfg.warmup, cfg.sync_interval, cfg.enabled).mode(step)
+
+
+def resolve(res, step, training, src, own=None, step_mode=None, next_syncs=False):
+    """A step's rows as the planner and the exchange ask for them: a sync step's pulled and
+    observed, a stale step's served."""
+    if (step_mode or mode(res, step)) == "sync" or res.table is None:
+        src.publish()
+        return res.fresh(step, training, src.pull(None), own)
+    return res.served(step, training, src, own, next_syncs=next_syncs)
+
+
 def _resolver(agent=None, **cfg):
-    cfg = SNIConfig(**dict(dict(sync_interval=3, warmup=1, predictor="gated", sampling_ratio=0.5), **cfg))
+    cfg = SNIConfig(**dict(dict(sync_interval=3, warmup=1, predictor="gated", sampling_ratio=0.5, smooth=0.0), **cfg))
     counters = Counters()
     res = HaloResolver(cfg, counters, table_id=1, ids=IDS, dim=D,
                        agent=None if agent is None else (lambda: agent),
@@ -47,8 +65,8 @@ def test_without_an_agent_every_row_is_pulled_every_step():
     res, counters = _resolver()
     src = FakeSource()
     for step in range(5):
-        out = res.resolve(step, True, src)
-        assert res.mode(step) == "sync" and out.count(Origin.PULLED) == N
+        out = resolve(res, step, True, src)
+        assert mode(res, step) == "sync" and out.count(Origin.PULLED) == N
     assert src.published == 5 and src.pulled == [N] * 5
     assert "cached_rows" not in counters.extra  # nothing was served
 
@@ -61,9 +79,9 @@ def test_stale_rows_have_one_origin_each_and_are_counted_once():
         modes = []
         for step in range(6):
             src.step = step
-            modes.append(res.mode(step))
+            modes.append(mode(res, step))
             res.prefetch(step)
-            out = res.resolve(step, True, src)
+            out = resolve(res, step, True, src)
             if modes[-1] == "stale":
                 extra = counters.snapshot_and_reset()
                 cached, predicted = out.count(Origin.CACHED), out.count(Origin.PREDICTED)
@@ -71,7 +89,7 @@ def test_stale_rows_have_one_origin_each_and_are_counted_once():
                 assert extra["cached_rows"] == cached and extra["predicted_rows"] == predicted
                 assert set(np.unique(out.origin)) <= {Origin.CACHED, Origin.PREDICTED}
                 # evaluation of the same step sees exactly the rows training used
-                again = res.resolve(step, False, src)
+                again = resolve(res, step, False, src)
                 assert np.array_equal(again.rows, out.rows) and np.array_equal(again.origin, out.origin)
                 counters.snapshot_and_reset()  # the trainer counts evaluation apart
             else:
@@ -89,7 +107,7 @@ def test_adaptive_repulls_are_their_own_origin():
         src = FakeSource()
         for step in range(3):  # sync, sync, stale
             src.step = step
-            out = res.resolve(step, True, src)
+            out = resolve(res, step, True, src)
         extra = counters.snapshot_and_reset()
         repulled = out.count(Origin.REPULLED)
         assert repulled > 0 and extra["adaptive_rows"] == repulled
@@ -109,30 +127,18 @@ def test_rows_by_id_pull_what_was_never_synchronised():
                            edge_counts=lambda ids: np.zeros(ids.size, np.int64))
         src = FakeSource()
         first = IDS[:10]
-        res.resolve(0, True, src, ids=first)  # the first sync fixes the tracked rows
+        schedule = SyncSchedule(cfg.warmup, cfg.sync_interval)
+        res.resolve_ids(0, schedule.mode(0), src, first)  # the first sync fixes the tracked rows
         assert np.array_equal(res.ids, np.sort(first))
         counters.snapshot_and_reset()
         asked = np.concatenate((IDS[:5], IDS[20:23]))
-        out = res.resolve(2, True, src, ids=asked)
-        assert res.mode(2) == "stale"
+        assert schedule.mode(2) == "stale"
+        out = res.resolve_ids(2, schedule.mode(2), src, asked)
         assert list(out.origin) == [Origin.CACHED] * 5 + [Origin.PULLED] * 3
         extra = counters.snapshot_and_reset()
         assert extra["served_rows"] == 5 and extra["cached_rows"] == 5 and src.pulled == [10, 3]
     finally:
         agent.close()
-
-
-def test_static_rows_are_pulled_once_then_served_exactly():
-    counters = Counters()
-    res = HaloResolver(SNIConfig(), counters, static=True)
-    src = FakeSource()
-    a = res.resolve(0, True, src, ids=IDS[:6])
-    src.step = 7  # the source moved: static rows must not
-    b = res.resolve(1, True, src, ids=IDS[3:9])
-    assert list(a.origin) == [Origin.PULLED] * 6
-    assert list(b.origin) == [Origin.STATIC] * 3 + [Origin.PULLED] * 3
-    assert np.array_equal(b.rows[:3], a.rows[3:])
-    assert counters.extra["served_rows"] == 3 and src.pulled == [6, 3]
 
 
 class RecordingAgent(InlineAgentClient):
@@ -166,14 +172,14 @@ def _drive(res, src, steps, settle_each=False, ahead=False):
     served = []
     for step in steps:
         src.step = step
-        if res.mode(step) == "sync":
+        if mode(res, step) == "sync":
             res.prefetch_preview(step, own_rows=True)
         else:
             res.prefetch(step)
-        out = res.resolve(step, True, src, own=_own(step), next_syncs=ahead and res.mode(step + 1) == "sync")
+        out = resolve(res, step, True, src, own=_own(step), next_syncs=ahead and mode(res, step + 1) == "sync")
         if settle_each:
             res.settle()
-        if res.mode(step) == "stale":
+        if mode(res, step) == "stale":
             served.append(out.rows.copy())
     res.settle()
     return served
@@ -195,7 +201,7 @@ def test_a_sync_steps_preview_is_asked_for_ahead_and_collected():
         # rows not in memory (own=None, the storage tier): the preview asked for is still collected
         agent.calls.clear()
         res.prefetch_preview(7, own_rows=True)
-        res.resolve(7, True, src, own=None)
+        resolve(res, 7, True, src, own=None)
         assert [c for c in agent.calls if c[2]] == [("request", 7, True), ("result", 7, True)]
     finally:
         agent.close()
@@ -253,11 +259,11 @@ def test_smoothing_serves_the_average_of_the_synced_rows():
         for step in range(4):  # syncs at 0, 1, 3; stale at 2
             src.step = step
             seen.append(src.truth(IDS))
-            out = res.resolve(step, True, src, mode=res.mode(step))
-            if res.mode(step) == "sync":
+            out = resolve(res, step, True, src)
+            if mode(res, step) == "sync":
                 assert np.array_equal(out.rows, seen[-1])  # training always gets the fresh rows
         src.step = 4
-        stale = res.resolve(4, True, src, mode="stale")
+        stale = resolve(res, 4, True, src, step_mode="stale")
         # syncs at 0, 1 and 3, each averaged in with weight 0.25
         expect = 0.75 * (0.75 * seen[0] + 0.25 * seen[1]) + 0.25 * seen[3]
         np.testing.assert_allclose(stale.rows, expect, rtol=1e-6)
@@ -266,8 +272,8 @@ def test_smoothing_serves_the_average_of_the_synced_rows():
             plain, _ = _resolver(other, predictor="cache", sync_interval=2, warmup=1)
             for step in (0, 1):
                 src.step = step
-                plain.resolve(step, True, src, mode="sync")
-            np.testing.assert_array_equal(plain.resolve(2, True, src, mode="stale").rows, seen[1])
+                resolve(plain, step, True, src, step_mode="sync")
+            np.testing.assert_array_equal(resolve(plain, 2, True, src, step_mode="stale").rows, seen[1])
         finally:
             other.close()
     finally:

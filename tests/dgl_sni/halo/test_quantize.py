@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 import torch
 
-import quantize_ref
 from dgl_sni import _ops
 from dgl_sni.halo.quantize import (BITS, _dither_for, decode, encode, packed_width, quantized_accumulate_handler,
                                    row_seed)
+from tests.dgl_sni.halo import quantize_ref
 
 
 def _gen(seed=0):

@@ -11,9 +11,12 @@ import torch
 
 from dgl_sni.config import SNIConfig, TrainConfig
 from dgl_sni.data import synthetic
-from dgl_sni.halo.exchange import _HaloGate, _HaloSumFunction
-from dgl_sni.halo.resolver import HaloResolver, Origin
-from dgl_sni.halo.sums import ROWS_PER_REACHED_ROW, HaloSplit, KeptSums, choose_sync_halo, halo_in_rows
+from dgl_sni.halo.autograd import HaloGate, HaloSumFunction
+from dgl_sni.halo.plan import ROWS_PER_REACHED_ROW, choose_sync_halo
+from dgl_sni.halo.resolver import HaloResolver
+from dgl_sni.halo.rows import Form
+from dgl_sni.halo.sums import BlockSplit, KeptSums, halo_in_rows
+from dgl_sni.sni.schedule import SyncSchedule
 from dgl_sni.metrics import Counters
 from dgl_sni.models import GCNLayer, SAGELayer, init_model
 from dgl_sni.projection import project
@@ -51,7 +54,7 @@ def test_a_summed_layer_equals_the_layer_over_the_whole_block(layer_type, dims):
     g = torch.randn_like(out)
     (out * g).sum().backward()
 
-    split = HaloSplit(block, rows.detach())
+    split = BlockSplit(block, rows.detach())
     assert split.num_halo > 0 and split.local.num_edges + split.halo.num_edges == block.num_edges
     own = rows.detach()[:n_own].clone().requires_grad_()
     halo_sum = split.sum_rows(rows.detach()[n_own:], layer.halo_scale(split.halo)).requires_grad_()
@@ -73,7 +76,7 @@ def test_the_input_sum_is_kept_as_the_rows_it_touches():
     dst = np.array([1, 2, 3, 4, 5, 0, 1, 4, 4, 4])
     block = build_block(src, dst, 9, 6, np.full(9, 2), np.bincount(dst, minlength=6), self_loops=True)
     x = torch.randn(9, 7)
-    split = HaloSplit(block, x)
+    split = BlockSplit(block, x)
     assert split.halo_dst.tolist() == [1, 4]
     layer = GCNLayer(7, 3)
     scale = layer.halo_scale(split.halo)
@@ -91,23 +94,46 @@ def test_the_input_sum_is_kept_as_the_rows_it_touches():
     torch.testing.assert_close(layer.weight.grad, w.grad, rtol=1e-5, atol=1e-6)
 
 
+class _Rows:
+    """Whole halo rows from a function (``rows(layer, owned) -> [owned; halo]``), every layer
+    in the rows form except where ``forms`` says otherwise."""
+
+    def __init__(self, rows, forms=None):
+        self.rows, self.forms = rows, forms or {}
+
+    def form(self, layer):
+        return self.forms.get(layer, Form.ROWS)
+
+    def __call__(self, layer, owned):
+        return self.rows(layer, owned)
+
+
 class _ExactSums:
-    """Serves each layer's true halo rows as their sum (what a stale step gets when nothing moved)."""
+    """Serves each layer's true halo rows as their sum (what a stale step gets when nothing
+    moved); with ``rows`` (a ``_Rows``), only the input layer sums and the layers above take
+    those rows."""
 
-    def __init__(self, rows, n_own):
-        self.rows, self.n_own = rows, n_own
+    def __init__(self, rows, n_own, whole=None):
+        self.rows, self.n_own, self.whole = rows, n_own, whole
 
-    def sums_halo(self):
-        return True
+    def form(self, layer):
+        return Form.SUM if layer == 0 or self.whole is None else Form.ROWS
 
-    def sums_inputs(self):
-        return True
+    def __call__(self, layer, owned):
+        return self.whole(layer, owned)
 
     def start_halo(self, layer, owned):
         return owned
 
-    def halo_sum(self, layer, owned, split, scale):
+    def halo_sum(self, layer, owned, split, scale, mask=None):
         return split.sum_rows(self.rows[layer][self.n_own:], scale)
+
+
+def _resolve(res, schedule, step, source):
+    """A training step's rows from a resolver, as the planner asks for them."""
+    if schedule.mode(step) == "sync" or res.table is None:
+        return res.fresh(step, True, source.pull(None))
+    return res.served(step, True, source)
 
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
@@ -119,8 +145,8 @@ def test_the_summed_forward_equals_the_forward_when_nothing_is_stale(model):
     def exchange(layer, h_own):  # halo rows: fixed random rows, recorded for the summed pass
         rows[layer] = torch.cat((h_own, torch.rand(block.num_src - n_own, h_own.shape[1])))
         return rows[layer]
-    full = net(block, x, exchange)
-    summed = net.forward_summed(HaloSplit(block, x), _ExactSums({k: v.detach() for k, v in rows.items()}, n_own))
+    full = net(block, x, _Rows(exchange))
+    summed = net(block, x, _ExactSums({k: v.detach() for k, v in rows.items()}, n_own), split=BlockSplit(block, x))
     torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
 
 
@@ -151,9 +177,9 @@ def test_summed_inputs_with_rows_above_equal_the_forward(model):
     def run(summed):
         net.zero_grad()
         if summed:
-            out = net.forward_summed(HaloSplit(block, x), _ExactSums({}, n_own), rows=(block, exchange))
+            out = net(block, x, _ExactSums({}, n_own, whole=exchange), split=BlockSplit(block, x))
         else:
-            out = net(block, x, exchange)
+            out = net(block, x, _Rows(exchange))
         out.pow(2).sum().backward()
         return out.detach(), [p.grad.clone() for p in net.parameters()]
 
@@ -174,10 +200,11 @@ def test_the_summed_forward_drops_owned_rows_as_the_forward_does():
     block = build_block(data.src, data.dst, data.num_nodes, data.num_nodes, out_deg, in_deg, self_loops=True)
     x = torch.from_numpy(data.features)
     net = init_model(0, "gcn", x.shape[1], 8, 4, 3, dropout=0.5)
-    split = HaloSplit(block, x)
+    split = BlockSplit(block, x)
     assert split.num_halo == 0
     full = net(block, x, step=3, dropout_seed=7)
-    summed = net.forward_summed(split, _ExactSums({1: torch.zeros(0, 8), 2: torch.zeros(0, 8)}, data.num_nodes), step=3, dropout_seed=7)
+    summed = net(block, x, _ExactSums({1: torch.zeros(0, 8), 2: torch.zeros(0, 8)}, data.num_nodes), step=3,
+                 dropout_seed=7, split=split)
     torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
 
 
@@ -186,15 +213,13 @@ def test_gat_refuses_summed_halo_rows_by_name():
     net = init_model(0, "gat", x.shape[1], 8, 4, 2)
     assert not net.sums_halo_rows
     with pytest.raises(ValueError, match="GAT is not linear in its halo rows"):
-        net.forward_summed(HaloSplit(block, x), _ExactSums({}, 0))
+        net(block, x, _ExactSums({}, 0), split=BlockSplit(block, x))
 
 
 def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
     ids = np.arange(0, 40, 2, dtype=np.int64)
 
     class Source:
-        origin = Origin.PULLED
-
         def publish(self):
             pass
 
@@ -211,9 +236,10 @@ def test_the_resolver_versions_cached_rows_and_not_predicted_ones():
             res = HaloResolver(cfg, Counters(), table_id=1, ids=ids, dim=3, agent=lambda: agent,
                                edge_counts=lambda i: np.ones(i.size))
             versions, known = {}, {}
+            schedule = SyncSchedule(cfg.warmup, cfg.sync_interval)
             for step in range(8):
                 known[step] = res.cache_version()  # what the step will serve, without the agent
-                out = res.resolve(step, True, Source())
+                out = _resolve(res, schedule, step, Source())
                 versions[step] = out.version
             # steps 0, 1, 4, 7 sync; 2-3 and 5-6 are stale
             assert [versions[s] for s in (0, 1, 4, 7)] == [None] * 4
@@ -236,13 +262,11 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
     the resolver's blend says; the stale steps after it reuse that, and it is the sum of
     the rows the agent serves them (real resolver and inline agent, the cache predictor)."""
     block, x, n_own = _partition_block("gcn")
-    split = HaloSplit(block, x)
+    split = BlockSplit(block, x)
     ids = np.arange(split.num_halo, dtype=np.int64) * 3
     scale = block.src_norm[n_own:]
 
     class Source:  # new rows at every pull
-        origin = Origin.PULLED
-
         def __init__(self, step):
             self.step = step
 
@@ -261,8 +285,9 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
         res = HaloResolver(cfg, Counters(), table_id=1, ids=ids, dim=4, agent=lambda: agent,
                            edge_counts=lambda i: np.ones(i.size))
         kept, reused = KeptSums(), []
+        schedule = SyncSchedule(cfg.warmup, cfg.sync_interval)
         for step in range(9):  # steps 0, 1, 2, 5, 8 sync; 3-4 and 6-7 are stale
-            out = res.resolve(step, True, Source(step))
+            out = _resolve(res, schedule, step, Source(step))
             assert (out.blend is not None) == (out.version is None)
             total = kept.get(1, out.version, scale)
             reused.append(total is not None)
@@ -271,9 +296,11 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
                 kept.keep(1, out, scale, total)
             torch.testing.assert_close(total, split.sum_rows(torch.from_numpy(out.rows), scale),
                                        rtol=1e-5, atol=1e-5)
+            # what the planner hands a stale step of these rows: the kept sum itself
+            assert kept.current(1, out.version) is (total if out.version is not None else None)
         assert reused == [False, False, False, True, True, False, True, True, False]
         # a sum kept for other rows (another scale) is never taken for these
-        assert kept.get(1, res.resolve(9, True, Source(9)).version, scale.clone()) is None
+        assert kept.get(1, _resolve(res, schedule, 9, Source(9)).version, scale.clone()) is None
     finally:
         agent.close()
 
@@ -323,45 +350,42 @@ class _Mark(torch.autograd.Function):
 
 
 class _RecordingExchange:
-    """The exchange's side of a summed pass, recording when rows and gradients would move;
-    the autograd nodes are the real ones (dgl_sni.halo.exchange)."""
+    """The exchange's side of a pass whose layers take their halo rows apart (``apart``) or
+    summed, recording when rows and gradients would move; the autograd nodes are the real
+    ones (dgl_sni.halo.autograd)."""
 
-    def __init__(self, rows, events, n_own):
-        self.rows, self.events, self.n_own = rows, events, n_own
+    def __init__(self, rows, events, n_own, apart=False):
+        self.rows, self.events, self.n_own, self.apart = rows, events, n_own, apart
         self.sent = {}
 
-    def sums_halo(self):
-        return True
-
-    def sums_inputs(self):
-        return True
+    def form(self, layer):
+        if self.apart:
+            return Form.APART if layer else Form.ROWS
+        return Form.SUM
 
     def start_halo(self, layer, owned):
-        return _HaloGate.apply(owned, self, layer)
+        return HaloGate.apply(owned, self, layer)
 
     def halo_sum(self, layer, owned, split, scale, mask=None):
-        return _HaloSumFunction.apply(owned, self, layer, split, scale, mask)
+        return HaloSumFunction.apply(owned, self, layer, split, scale, mask)
 
-    def _start_rows(self, layer, owned):
+    def start_rows(self, layer, owned):
         self.events.append(("pull sent", layer))
 
-    def _summed(self, layer, owned, split, scale, mask):
+    def summed(self, layer, owned, split, scale, mask):
         self.events.append(("rows used", layer))
         if mask is None:
             return split.sum_rows(self.rows[layer], scale)
         return split.dropped_sums(self.rows[layer], scale, mask)[0]
 
-    def pushes_halo_grad(self):
+    def pushes_grad(self, layer):
         return True
 
-    def takes_rows_apart(self):
-        return True
-
-    def _send_grad(self, layer, grad_halo):
+    def send_grad(self, layer, grad_halo):
         self.events.append(("gradients pushed", layer))
         self.sent[layer] = grad_halo.clone()
 
-    def _received_grad(self, layer):
+    def received_grad(self, layer):
         self.events.append(("gradients received", layer))
         return torch.zeros(self.n_own, self.rows[layer].shape[1])
 
@@ -382,7 +406,7 @@ def test_a_summing_sync_step_aggregates_its_owned_rows_while_halo_rows_travel(mo
             events.append(("owned aggregated", i))
             return original(split, _Mark.apply(h, events, ("owned aggregation differentiated", i)), drop)
         layer.dropped_local_sum = dropped_local_sum
-    out = net.forward_summed(HaloSplit(block, x), exchange)
+    out = net(block, x, exchange, split=BlockSplit(block, x))
     forward = list(events)
     assert [e for e in forward if e[1] > 0] == [("pull sent", 1), ("owned aggregated", 1), ("rows used", 1),
                                                ("pull sent", 2), ("owned aggregated", 2), ("rows used", 2)]
@@ -394,7 +418,7 @@ def test_a_summing_sync_step_aggregates_its_owned_rows_while_halo_rows_travel(mo
 
 @pytest.mark.parametrize("model", ["gcn", "sage"])
 def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(model):
-    """An exact pass whose layers take their halo rows apart (SplitHalo) gives the whole
+    """An exact pass whose layers take their halo rows apart (form APART) gives the whole
     block's outputs, weight gradients and pushed halo gradients, dropout included; each
     layer's pull is sent before its owned rows are aggregated, its halo gradients pushed
     before the owned aggregation's backward, the others' received after it."""
@@ -420,9 +444,9 @@ def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(mo
         out.pow(2).sum().backward()
         return out.detach(), [p.grad.clone() for p in net.parameters()]
 
-    full, full_grads = run(lambda layer, h_own: Exchange.apply(h_own, layer))
+    full, full_grads = run(_Rows(lambda layer, h_own: Exchange.apply(h_own, layer)))
     events = []
-    recording = _RecordingExchange(halo, events, n_own)
+    recording = _RecordingExchange(halo, events, n_own, apart=True)
     for i, layer in enumerate(net.layers):
         original = layer.dropped_local_sum  # the hook the model calls (GCN fuses the dropout into it)
 
@@ -430,7 +454,7 @@ def test_an_exact_step_taking_halo_rows_apart_equals_the_forward_and_overlaps(mo
             events.append(("owned aggregated", i))
             return original(split, _Mark.apply(h, events, ("owned aggregation differentiated", i)), drop)
         layer.dropped_local_sum = dropped_local_sum
-    apart, apart_grads = run(recording, HaloSplit(block, x))
+    apart, apart_grads = run(recording, BlockSplit(block, x))
     torch.testing.assert_close(apart, full, rtol=1e-5, atol=1e-5)
     for a, b in zip(apart_grads, full_grads):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,77 @@
+"""Named presets: the settings a user picks by one name instead of one by one.
+
+A preset sets the few settings that differ between exact and stale training; every
+other setting keeps its one default (:class:`~dgl_sni.config.SNIConfig`), and a setting
+given explicitly (a flag, a key of ``DGL_SNI_CONFIG`` or of a sweep entry) wins over both.
+Where a preset's value cannot apply to a run, the setting falls back, and the metrics'
+``config`` shows the value that ran:
+
+* summed halo rows (``stale_halo summed``) need layers linear in their halo rows, in memory:
+  GAT and the storage tier take rows (and their sync epochs take rows too);
+* 8- or 4-bit rows (``quantize``) need the rows in memory and a step that waits for them:
+  the storage tier and the pipelined policy move float32 rows;
+* the pipelined policy has no agent, whose rows are smoothed: ``smooth`` 0 there;
+* the stock-script switch moves a script's rows through DGL as they are: no smoothing, no
+  quantization, no summed rows (its halo gradients are the script's own business).
+
+``dgl-sni train`` runs ``exact`` unless told otherwise; the stock-script switch runs
+``fast`` (turning it on asks for stale rows: at ``exact`` it would serve none).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import SUMMABLE_MODELS
+
+
+@dataclass(frozen=True)
+class Preset:
+    """The settings a preset sets, and one line on why."""
+
+    values: dict
+    why: str
+
+
+PRESETS = {
+    "exact": Preset(dict(sync_interval=1, quantize=0),
+                    "every epoch exchanges float32 halo rows: distributed training equals single-process training"),
+    "fast": Preset(dict(sync_interval=2, quantize=8),
+                   "halo rows exchanged every 2nd epoch after a warm-up of 5, 8-bit on the wire; stale epochs "
+                   "take the agent's cache of rows smoothed over syncs (as their sum, for GCN and SAGE) and "
+                   "push no halo gradient"),
+}
+PRESET_NAMES = tuple(PRESETS)
+TRAIN_PRESET = "exact"  # dgl-sni train's
+SWITCH_PRESET = "fast"  # the stock-script switch's (DGL_SNI=1)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a run is, as far as a preset's values depend on it."""
+
+    model: str = "gcn"
+    storage_tier: bool = False
+    switch: bool = False  # the stock-script switch (a DistDGL script of the user's own)
+
+
+def expand(given: dict, context: Context, defaults: dict) -> dict:
+    """Every setting of the SNI part: ``defaults``, then the preset's values (``given["preset"]``
+    or the context's preset), then the values in ``given``; settings not given whose value
+    cannot apply in ``context`` fall back (see the module docstring)."""
+    name = given.get("preset", SWITCH_PRESET if context.switch else TRAIN_PRESET)
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset '{name}': choose one of {', '.join(PRESET_NAMES)}")
+    values = dict(defaults, **PRESETS[name].values, preset=name)
+    values.update(given)
+
+    def fall_back(key, value, when):
+        if key not in given and when:
+            values[key] = value
+
+    pipeline = values.get("sync_policy") == "pipeline"
+    rows_only = context.switch or context.storage_tier or context.model not in SUMMABLE_MODELS
+    fall_back("stale_halo", "rows", rows_only)
+    fall_back("sync_halo", "rows", values["stale_halo"] == "rows")
+    fall_back("quantize", 0, context.switch or context.storage_tier or pipeline)
+    fall_back("smooth", 0.0, context.switch or pipeline)
+    return values
