@@ -11,9 +11,13 @@ STAMP := $(VENV)/.installed
 AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev
 # tcmalloc, which dgl-sni train preloads into its servers and trainers (dgl_sni/allocator.py)
 RUNTIME_DEBS := libtcmalloc-minimal4
-AGENT_SOURCES := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*)
+# The compiler flags of every build are declared once, in dpu_agent/csrc/cxxflags.txt
+# (setup.py and dpu_agent/binary.py read it too): `common` plus the agent's own line.
+CXXFLAGS_FILE := dpu_agent/csrc/cxxflags.txt
+cxxflags = $(shell sed -n 's/^$(1):[[:space:]]*//p' $(CXXFLAGS_FILE))
+AGENT_CXXFLAGS := $(call cxxflags,common) $(call cxxflags,agent)
+AGENT_SOURCES := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*) $(CXXFLAGS_FILE)
 AGENT_AARCH64 := dpu_agent/bin/sni-agent-aarch64
-AGENT_CXXFLAGS := -O3 -std=c++17 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -Wno-unused-parameter
 
 .PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps runtime-deps
 
