@@ -11,13 +11,22 @@ STAMP := $(VENV)/.installed
 AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev
 # tcmalloc, which dgl-sni train preloads into its servers and trainers (dgl_sni/allocator.py)
 RUNTIME_DEBS := libtcmalloc-minimal4
-AGENT_SOURCES := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*)
+# The compiler flags of every build are declared once, in dpu_agent/csrc/cxxflags.txt
+# (setup.py and dpu_agent/binary.py read it too): `common` plus the agent's own line.
+CXXFLAGS_FILE := dpu_agent/csrc/cxxflags.txt
+cxxflags = $(shell sed -n 's/^$(1):[[:space:]]*//p' $(CXXFLAGS_FILE))
+AGENT_CXXFLAGS := $(call cxxflags,common) $(call cxxflags,agent)
+# the agent: main.cpp plus one translation unit per transport, each compiled on its own;
+# AGENT_SOURCES: all it is built from (make install rebuilds when one changes)
+AGENT_HEADERS := $(wildcard dpu_agent/csrc/*.hpp dpu_agent/csrc/agent/*.hpp) $(CXXFLAGS_FILE)
+AGENT_UNITS := $(sort $(wildcard dpu_agent/csrc/agent/*.cpp))
+AGENT_SOURCES := $(AGENT_HEADERS) $(AGENT_UNITS)
 AGENT_AARCH64 := dpu_agent/bin/sni-agent-aarch64
-AGENT_CXXFLAGS := -O3 -std=c++17 -ffp-contract=off -fno-math-errno -Wall -Wextra -Werror -Wno-unused-parameter
+AGENT_AARCH64_OBJECTS := $(patsubst dpu_agent/csrc/agent/%.cpp,build/agent-aarch64/%.o,$(AGENT_UNITS))
 
 .PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps runtime-deps
 
-$(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx dpu_agent/csrc/* dpu_agent/csrc/agent/* storage_tier/*.pyx storage_tier/csrc/*)
+$(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(AGENT_SOURCES) $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx storage_tier/*.pyx storage_tier/csrc/*)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
@@ -38,10 +47,13 @@ agent: $(STAMP)
 
 # a static aarch64 agent for BlueField Arm cores (Debian's g++-aarch64-linux-gnu)
 agent-aarch64: $(AGENT_AARCH64)
-$(AGENT_AARCH64): $(AGENT_SOURCES)
-	@command -v aarch64-linux-gnu-g++ >/dev/null || { echo "install Debian's g++-aarch64-linux-gnu (make agent-test-deps as root)"; exit 1; }
+$(AGENT_AARCH64): $(AGENT_AARCH64_OBJECTS)
 	mkdir -p dpu_agent/bin
-	aarch64-linux-gnu-g++ $(AGENT_CXXFLAGS) -static -o $@ dpu_agent/csrc/agent/main.cpp -ldl
+	aarch64-linux-gnu-g++ $(AGENT_CXXFLAGS) -static -o $@ $^ -ldl
+build/agent-aarch64/%.o: dpu_agent/csrc/agent/%.cpp $(AGENT_HEADERS)
+	@command -v aarch64-linux-gnu-g++ >/dev/null || { echo "install Debian's g++-aarch64-linux-gnu (make agent-test-deps as root)"; exit 1; }
+	@mkdir -p $(@D)
+	aarch64-linux-gnu-g++ $(AGENT_CXXFLAGS) -c -o $@ $<
 
 # $(call debs,PACKAGES,WHAT): install the Debian packages that are missing when running as root
 # (else say which are missing: the tests that need them fail saying what to install)

@@ -1,5 +1,6 @@
 """Build and install dgl-sni: the plugin, the compiled agent core and the storage tier."""
 import glob
+import importlib.util
 import os
 
 import numpy as np
@@ -10,7 +11,18 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CXX_FLAGS = ["-O3", "-std=c++17", "-fno-math-errno", "-ffp-contract=off", "-ftree-vectorize", "-Wall", "-Wno-unused-function"]
+
+
+def _load_binary():
+    """dpu_agent/binary.py, loaded by path (the package itself is not importable yet): it reads
+    the compiler flags of every build (dpu_agent/csrc/cxxflags.txt) and builds the agent."""
+    spec = importlib.util.spec_from_file_location("sni_binary", os.path.join(HERE, "dpu_agent", "binary.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+binary = _load_binary()
 EXTENSIONS = [
     # (module, sources) -- Cython front ends over small dependency-free C++ cores
     ("dgl_sni._ops", ["dgl_sni/_ops.pyx"]),
@@ -31,7 +43,7 @@ def extensions():
         headers = glob.glob(os.path.join(os.path.dirname(sources[0]), "csrc", "*.hpp"))
         exts.append(Extension(name, sources=sources, language="c++", depends=sorted(headers),  # rebuilt when they change
                               include_dirs=[np.get_include(), HERE],
-                              extra_compile_args=CXX_FLAGS,
+                              extra_compile_args=binary.cxxflags("extension"),
                               define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")]))
     return cythonize(exts, language_level=3, quiet=True) if exts else []
 
@@ -86,10 +98,6 @@ class BuildWithAgent(build_ext):
         only = {m for m in os.environ.get("SNI_BUILD_ONLY", "").split(",") if m}
         if only and "sni-agent" not in only:
             return
-        import importlib.util
-        spec = importlib.util.spec_from_file_location("sni_binary", os.path.join(HERE, "dpu_agent", "binary.py"))
-        binary = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(binary)
         root = HERE if self.inplace else self.build_lib
         binary.build(os.path.join(root, "dpu_agent", "bin", "sni-agent"))
 
@@ -107,7 +115,8 @@ setup(
     install_requires=REQUIREMENTS,
     extras_require={"test": ["pytest==9.2.0", "pytest-benchmark==5.3.1"]},
     ext_modules=extensions(),
-    package_data={"dpu_agent": ["bin/sni-agent", "csrc/*.hpp", "csrc/agent/*"]},
+    package_data={"dpu_agent": ["bin/sni-agent", "csrc/*.hpp", "csrc/cxxflags.txt", "csrc/agent/*.hpp",
+                               "csrc/agent/*.cpp"]},
     entry_points={"console_scripts": ["dgl-sni=dgl_sni.cli:main", "sni-agent=dpu_agent.agent:main"]},
     cmdclass={"build_py": BuildPyWithStartup, "editable_wheel": EditableWheelWithStartup,
               "build_ext": BuildWithAgent},

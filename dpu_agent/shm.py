@@ -1,5 +1,5 @@
 """Host emulation of the transport, trainer side: a Unix socket for control, POSIX shared memory
-for the regions. The agent side is the ``sni-agent`` binary (``csrc/agent/shm_transport.hpp``).
+for the regions. The agent side is the ``sni-agent`` binary (``csrc/agent/shm_transport.cpp``).
 
 * :class:`ShmHostEndpoint` -- owned by its :class:`~dpu_agent.client.RemoteAgentClient`:
   connects to the agent's socket and authenticates with the token (``hello``), creates every

@@ -6,8 +6,8 @@ wire). Data: named *regions* of the trainer's memory per table
 (``fresh`` rows the trainer synchronised, ``ids`` of a partial sync, ``served`` rows
 and their ``weight`` for a stale step, ``drift``), which the agent reads and writes.
 
-* :class:`AgentTransport` -- the agent's half, driven by
-  :func:`dpu_agent.agent.serve_forever`;
+* :class:`AgentTransport` -- the agent's half (the agent itself is the ``sni-agent`` binary,
+  whose ``csrc/agent/transport.hpp`` declares the same half in C++);
 * :class:`HostEndpoint` -- the trainer's half, driven by
   :class:`dpu_agent.client.RemoteAgentClient`.
 
@@ -38,8 +38,9 @@ class AgentError(RuntimeError):
 
 class AgentTransport(ABC):
     """Agent side of a transport: receives control messages, answers them, and moves rows
-    between the trainer's regions and agent memory. Driven by
-    :func:`dpu_agent.agent.serve_forever`."""
+    between the trainer's regions and agent memory. The ``sni-agent`` binary serves trainers
+    through its C++ twin (``csrc/agent/transport.hpp``); the Python implementation,
+    :class:`~dpu_agent.doca.DocaAgentTransport`, is driven directly (tests)."""
 
     @abstractmethod
     def recv(self):

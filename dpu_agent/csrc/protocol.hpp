@@ -214,7 +214,7 @@ public:
         if (!checked_ && buf_.size() + k >= sizeof(Header)) {
             uint8_t hb[sizeof(Header)];
             const size_t have = buf_.size();
-            std::memcpy(hb, buf_.data(), have);
+            if (have) std::memcpy(hb, buf_.data(), have);  // (buf_.data() may be null when empty)
             std::memcpy(hb + have, f + 1, sizeof(Header) - have);
             if (!parse_request_header(hb, sizeof(Header), &h_, err)) return kBad;
             checked_ = true;

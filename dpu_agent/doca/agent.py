@@ -25,8 +25,8 @@ class _Region:
 
 
 class DocaAgentTransport(DocaSide, AgentTransport):
-    """Agent side of the DOCA transport in Python (ctypes), driven by ``serve_forever``; the
-    agent that runs on the DPU is the binary's C++ twin (``csrc/agent/doca_transport.hpp``).
+    """Agent side of the DOCA transport in Python (ctypes); the agent that runs on the DPU is
+    the binary's C++ twin (``csrc/agent/doca_transport.cpp``).
 
     Owns the device and its representor, a Comch server named ``name`` (serving the first
     trainer that connects), a DMA context with a buffer inventory, and per table the

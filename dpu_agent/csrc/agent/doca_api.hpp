@@ -4,7 +4,7 @@
 // every DOCA object is an opaque pointer, doca_error_t an int, union doca_data an 8-byte union
 // passed by value. Libraries: libdoca_common.so, libdoca_dma.so, libdoca_comch.so in the
 // directory given (--lib-dir), else $DOCA_LIB_DIR, else /opt/mellanox/doca/lib/<arch>-linux-gnu;
-// the tests point DOCA_LIB_DIR at the simulated SDK (tests/doca_sim). Used by doca_transport.hpp.
+// the tests point DOCA_LIB_DIR at the simulated SDK (tests/doca_sim). Used by doca_transport.cpp only.
 #pragma once
 #include <dlfcn.h>
 

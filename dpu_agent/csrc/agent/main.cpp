@@ -1,4 +1,5 @@
 // sni-agent: serves one trainer's stale halo rows (see dpu_agent/csrc/agent/serve.hpp).
+// Linked with one translation unit per transport: shm_transport.cpp, doca_transport.cpp.
 //
 //   sni-agent --socket PATH --token-file FILE [--once]   host: Unix socket + shared memory
 //   sni-agent --doca --pci ADDR [--name NAME] [--rep-pci ADDR] [--lib-dir DIR]   BlueField DPU
@@ -78,12 +79,12 @@ int main(int argc, char** argv) {
         if (doca) {
             if (pci.empty()) return usage("--doca needs --pci (the BlueField device's PCI address)");
             if (rep_pci.empty() && std::getenv("SNI_DOCA_REP_PCI")) rep_pci = std::getenv("SNI_DOCA_REP_PCI");
-            t.reset(new sni::agent::DocaTransport(pci, name, rep_pci, lib_dir));
+            t = sni::agent::make_doca_transport(pci, name, rep_pci, lib_dir);
         } else if (!socket_path.empty()) {
             if (token_file.empty()) return usage("--socket needs --token-file");
             std::string token, err;
             if (!read_token(token_file, &token, &err)) return usage(err.c_str());
-            t.reset(new sni::agent::ShmTransport(socket_path, token, once));
+            t = sni::agent::make_shm_transport(socket_path, token, once);
         } else {
             return usage("give --socket PATH --token-file FILE (host emulation) or --doca --pci ADDR (DPU)");
         }

@@ -2,10 +2,12 @@
 //
 // Control: whole messages (proto::Header + payload) in order, each request answered by one
 // reply. Data: per table five regions of the trainer's memory (fresh rows, ids of a partial
-// sync, served rows, their weights, drift) that the agent reads and writes. Implementations:
-// ShmTransport (Unix socket + POSIX shared memory, host emulation) and DocaTransport (Comch +
-// DMA, BlueField DPU, DOCA loaded with dlopen).
+// sync, served rows, their weights, drift) that the agent reads and writes. Implementations,
+// each its own translation unit behind a factory: make_shm_transport (shm_transport.hpp: Unix
+// socket + POSIX shared memory, host emulation) and make_doca_transport (doca_transport.hpp:
+// Comch + DMA, BlueField DPU, DOCA loaded with dlopen).
 #pragma once
+#include <csignal>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -17,6 +19,9 @@
 
 namespace sni {
 namespace agent {
+
+// Set by the agent's SIGTERM/SIGINT handler (main.cpp): transports stop waiting and serving.
+extern volatile std::sig_atomic_t g_stop;
 
 enum Region : int { kFresh = 0, kIds = 1, kServed = 2, kWeight = 3, kDrift = 4 };
 
