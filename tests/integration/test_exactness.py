@@ -129,7 +129,7 @@ def test_a_well_cut_graph_publishes_only_the_rows_others_read_and_stays_exact(tm
     trainer, so each publish writes only the few that are (PUBLISH_FEW); a row written to
     the wrong place, or one that others read left out, would change the losses."""
     from dgl_sni.data import save_npz, synthetic
-    from dgl_sni.halo.exchange import PUBLISH_FEW
+    from dgl_sni.halo.wire import PUBLISH_FEW
     npz = str(tmp_path / "communities.npz")
     save_npz(synthetic(num_nodes=1200, avg_degree=8, num_classes=4, feat_dim=16, homophily=0.98, seed=5), npz)
     metrics, ckpt = tmp_path / "m.json", tmp_path / "ckpt"

@@ -1,18 +1,18 @@
 """dgl-sni train with stale epochs: what crosses the network, what the agent serves.
 
-The runs of this module (2 workers, 3 layers, sync every 4th epoch after a warm-up of 2,
-unless a run says otherwise) train one after another on one emulated cluster (a sweep:
+The runs of this module (2 workers, 3 layers, the fast preset synced every 4th epoch after a
+warm-up of 2, unless a run says otherwise) train one after another on one emulated cluster (a sweep:
 one start-up); each test reads its own runs.
 """
 import pytest
 
 from tests.helpers import needs_netns, train_sweep
 
-BASE = dict(epochs=10, warmup=2, sync_interval=4)
+BASE = dict(preset="fast", epochs=10, warmup=2, sync_interval=4)
 RUNS = {
     "pull-nothing": dict(predictor="gated", sampling_ratio=0.3, stale_grad="skip", measure_staleness=True,
                          dropout=0.0),
-    "defaults": dict(),  # dgl-sni train's stale defaults
+    "defaults": dict(),  # the fast preset's stale settings
     "exchange": dict(predictor="cache", stale_grad="exchange"),
     "skip": dict(predictor="cache", stale_grad="skip", dropout=0.0),
     "last": dict(predictor="cache", stale_grad="last", dropout=0.0),
@@ -153,9 +153,9 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(runs, small_graph_npz
 
     metrics, ckpt = runs[f"eval-{stale_eval}"]
     epochs = metrics["epochs"]
-    assert metrics["config"]["quantize"] is None and metrics["in_effect"]["quantize"] == 8  # a stale run's default
+    assert metrics["config"]["quantize"] == metrics["in_effect"]["quantize"] == 8  # the fast preset's
     assert metrics["in_effect"]["allocator"] == "tcmalloc"  # preloaded by default (libtcmalloc-minimal4 installed)
-    assert metrics["config"]["stale_halo"] is None and metrics["in_effect"]["stale_halo"] == "summed"
+    assert metrics["config"]["stale_halo"] == metrics["in_effect"]["stale_halo"] == "summed"
     assert all(e["cpu_s"] > 0 and e["cpu_s"] == sum(w["cpu_s"] for w in e["workers"]) for e in epochs)
     synced = [e for e in epochs[1:] if e["mode"] == "sync"]  # epoch 0 also pulls the input features
     assert synced and all(e["bytes_recv"] == e["pulled_rows"] * 24 for e in synced)  # 16 codes + offset, scale
