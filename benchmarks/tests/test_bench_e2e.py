@@ -45,9 +45,12 @@ def test_over_seeds_reports_the_worst_seed_and_counts_a_miss_as_zero():
 def test_the_full_preset_runs_the_null_beside_interval_1():
     """Exact training with other dropout masks, from the same weights: the null that the
     paired final-test differences are read against."""
-    assert bench_e2e.CONFIGS[0] == dict(name="interval1", sync_interval=1)
+    from dgl_sni.config import TrainConfig
+    assert bench_e2e.CONFIGS[0] == dict(name="interval1", preset="exact")
     null = bench_e2e.CONFIGS[1]
-    assert null["sync_interval"] == 1 and null["dropout_stream"] > 0
+    assert null["preset"] == "exact" and null["dropout_stream"] > 0
+    expanded = TrainConfig.from_dict({k: v for k, v in null.items() if k != "name"}).sni
+    assert expanded.sync_interval == 1 and expanded.quantize == 0
 
 
 def test_a_run_is_judged_by_the_settings_in_effect_not_the_unset_flags():
