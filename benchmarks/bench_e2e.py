@@ -59,6 +59,8 @@ GRAPHS = {
     "syn20k": ["--dataset", "synthetic"],
     "syn200k": ["--dataset", "synthetic", "--nodes", 200_000, "--avg-degree", 20],
     "syn500k": ["--dataset", "synthetic", "--nodes", 500_000, "--avg-degree", 20],
+    # for confirmation only: defaults chosen on the two graphs above are judged here unchanged
+    "confirm320k": ["--dataset", "synthetic", "--nodes", 320_000, "--avg-degree", 14, "--data-seed", 11],
     "cora": ["--dataset", os.path.join(SHARED, "cora.npz")],
     "citeseer": ["--dataset", os.path.join(SHARED, "citeseer.npz")],
 }
@@ -132,9 +134,15 @@ def summarize_run(metrics: dict, name: str) -> dict:
 
 def time_to(curve: list, target: float):
     """Training time at the first epoch whose (exact) validation accuracy reaches ``target``."""
+    point = first_at(curve, target)
+    return None if point is None else point["train_time_s"]
+
+
+def first_at(curve: list, target: float) -> dict | None:
+    """The first point of ``curve`` whose (exact) validation accuracy reaches ``target``."""
     for point in curve:
         if point["val_acc"] is not None and point["val_acc"] >= target:
-            return point["train_time_s"]
+            return point
     return None
 
 
@@ -147,10 +155,16 @@ def compare(runs: list, link: str, workers: int) -> dict:
     sync = base["breakdown"].get("sync", {})
     if link != "unshaped" and sync.get("comm_s"):
         out["exchange_efficiency_interval1"] = (sync["bytes"] / workers) * 8 / (sync["comm_s"] * rate_bits(link))
+    e_base = first_at(base["curve"], target)
     for r in runs:
         t = time_to(r["curve"], target)
         r["time_to_target_s"] = t
         r["time_to_target_speedup"] = (t_base / t) if (t and t_base) else None
+        at = first_at(r["curve"], target)  # epochs counted from 1
+        r["epochs_to_target"] = None if at is None else at["epoch"] + 1
+        r["epochs_to_target_ratio"] = (r["epochs_to_target"] / (e_base["epoch"] + 1)) if at and e_base else None
+        syncs = sum(1 for p in r["curve"] if p["mode"] == "sync")
+        r["epochs_per_sync"] = len(r["curve"]) / syncs if syncs else None
         r["epoch_speedup"] = base["epoch_s"] / r["epoch_s"] if r["epoch_s"] else None
         r["final_test_delta"] = (r["final_test_acc"] - base["final_test_acc"]) \
             if r["final_test_acc"] is not None and base["final_test_acc"] is not None else None
@@ -190,6 +204,10 @@ def over_seeds(by_seed: dict) -> dict:
                          final_test_delta_min=min(delta) if delta else None,
                          final_test_delta_sd=statistics.stdev(delta) if len(delta) > 1 else None,
                          time_to_target_speedup_median=statistics.median(speed), time_to_target_speedup_min=min(speed),
+                         epochs_to_target_ratio_median=_median([r.get("epochs_to_target_ratio") for r in runs]),
+                         epochs_to_target_ratio_max=max((r.get("epochs_to_target_ratio") or float("inf")
+                                                         for r in runs), default=None),
+                         epochs_per_sync_median=_median([r.get("epochs_per_sync") for r in runs]),
                          epoch_speedup_median=_median([r["epoch_speedup"] for r in runs]),
                          sync_epoch_over_interval1_median=_median(sync),
                          sync_epoch_over_interval1_max=max(sync) if sync else None,
@@ -292,12 +310,15 @@ def _print(graph, link, judged, runs, seed=None) -> None:
     print(f"  target val acc {judged['target_val_acc']:.4f}; exchange efficiency (interval 1) "
           f"{_fmt(judged.get('exchange_efficiency_interval1'), '.2f')}")
     print(f"  {'run':16s} {'ms/epoch':>9s} {'x epoch':>8s} {'to target s':>12s} {'x target':>9s} "
+          f"{'epochs':>7s} {'x epochs':>8s} {'ep/sync':>7s} "
           f"{'best val':>9s} {'final test':>10s} {'vs floor':>9s} {'sync/int1':>9s} {'vs CPU':>7s} {'CPU cap':>8s} "
           f"{'steal':>6s}")
     for r in runs:
         print(f"  {r['name']:16s} {_fmt(r['epoch_s'] and r['epoch_s'] * 1e3, '.0f'):>9s} "
               f"{_fmt(r.get('epoch_speedup'), '.2f'):>8s} {_fmt(r.get('time_to_target_s'), '.1f'):>12s} "
-              f"{_fmt(r.get('time_to_target_speedup'), '.2f'):>9s} {_fmt(r['best_val_acc'], '.4f'):>9s} "
+              f"{_fmt(r.get('time_to_target_speedup'), '.2f'):>9s} {_fmt(r.get('epochs_to_target'), 'd'):>7s} "
+              f"{_fmt(r.get('epochs_to_target_ratio'), '.2f'):>8s} {_fmt(r.get('epochs_per_sync'), '.1f'):>7s} "
+              f"{_fmt(r['best_val_acc'], '.4f'):>9s} "
               f"{_fmt(r['final_test_acc'], '.4f'):>10s} {_fmt(r.get('epoch_over_floor'), '.2f'):>9s} "
               f"{_fmt(r.get('sync_epoch_over_interval1'), '.2f'):>9s} {_fmt(r.get('epoch_over_cpu_floor'), '.2f'):>7s} "
               f"{_fmt(r.get('cpu_bound_speedup'), '.2f'):>8s} {_fmt(r.get('steal_share'), '.1%'):>6s}", flush=True)
@@ -305,12 +326,16 @@ def _print(graph, link, judged, runs, seed=None) -> None:
 
 def _print_seeds(summary: dict) -> None:
     print(f"  over seeds: {'run':16s} {'test delta mean':>15s} {'min':>7s} {'sd':>6s} {'x target med':>12s} "
-          f"{'min':>6s} {'x epoch':>8s} {'sync/int1 med':>13s} {'max':>5s} {'90% of med':>11s}")
+          f"{'min':>6s} {'x epochs med':>12s} {'max':>5s} {'ep/sync':>7s} "
+          f"{'x epoch':>8s} {'sync/int1 med':>13s} {'max':>5s} {'90% of med':>11s}")
     for name, r in summary.items():
         print(f"              {name:16s} {_fmt(r['final_test_delta_mean'], '+.4f'):>15s} "
               f"{_fmt(r['final_test_delta_min'], '+.4f'):>7s} {_fmt(r['final_test_delta_sd'], '.4f'):>6s} "
               f"{_fmt(r['time_to_target_speedup_median'], '.2f'):>12s} "
-              f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} {_fmt(r['epoch_speedup_median'], '.2f'):>8s} "
+              f"{_fmt(r['time_to_target_speedup_min'], '.2f'):>6s} "
+              f"{_fmt(r.get('epochs_to_target_ratio_median'), '.2f'):>12s} "
+              f"{_fmt(r.get('epochs_to_target_ratio_max'), '.2f'):>5s} {_fmt(r.get('epochs_per_sync_median'), '.1f'):>7s} "
+              f"{_fmt(r['epoch_speedup_median'], '.2f'):>8s} "
               f"{_fmt(r['sync_epoch_over_interval1_median'], '.2f'):>13s} "
               f"{_fmt(r['sync_epoch_over_interval1_max'], '.2f'):>5s} "
               f"{_interval(r.get('sync_epoch_over_interval1_interval90')):>11s}", flush=True)

@@ -81,8 +81,11 @@ MAXED = ("time_s", "comm_s", "sync_s", "comp_s", "eval_s",
          "io_wait_s", "gather_s", "compute_s", "storage_read_s", "storage_write_s", "peak_rss_mb",
          "cache_peak_bytes", "cache_budget_bytes")
 # staleness means derived from per-worker sums: name -> (numerator, denominator)
+# (also per layer: the same names prefixed "l1_", "l2_", ...)
 MEANS = dict(staleness_l2=("stale_l2_sum", "stale_l2_n"), cache_l2=("cache_l2_sum", "stale_l2_n"),
-             pred_rows_l2=("pred_l2_sum", "pred_l2_n"), pred_rows_cache_l2=("pred_cache_l2_sum", "pred_l2_n"))
+             pred_rows_l2=("pred_l2_sum", "pred_l2_n"), pred_rows_cache_l2=("pred_cache_l2_sum", "pred_l2_n"),
+             true_l2=("true_l2_sum", "stale_l2_n"), grad_err_l2=("grad_err_sum", "grad_n"),
+             grad_true_l2=("grad_true_sum", "grad_n"))
 
 
 def _summed(key: str) -> bool:
@@ -107,8 +110,9 @@ def merge_epoch(per_worker: list) -> dict:
         elif key in MAXED:
             out[key] = max(w.get(key, 0.0) for w in per_worker)
     for name, (num, den) in MEANS.items():
-        if out.get(den):
-            out[name] = out[num] / out[den]
+        for prefix in {k[: -len(num)] for k in out if k.endswith(num)}:
+            if out.get(prefix + den):
+                out[prefix + name] = out[prefix + num] / out[prefix + den]
     if "cache_hits" in out:
         looked = out["cache_hits"] + out.get("cache_misses", 0)
         out["cache_hit_rate"] = out["cache_hits"] / looked if looked else 0.0

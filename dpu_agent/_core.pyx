@@ -572,7 +572,7 @@ cdef extern from "csrc/tables.hpp" namespace "sni::table":
         double predictor_s()
         const float* cache()
 
-KIND_CODES = {"cache": 0, "linear-trend": 1, "gated": 2, "holt": 3}
+KIND_CODES = {"cache": 0, "linear-trend": 1, "gated": 2, "holt": 3, "window-trend": 4}  # csrc/tables.hpp Kind
 
 
 cdef class TableCore:

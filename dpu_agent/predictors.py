@@ -2,8 +2,8 @@
 
 The compiled cores (``dpu_agent/_core.pyx`` over ``dpu_agent/csrc/predictor.hpp``):
 
-* :class:`TrendPredictor` -- the paper's self-feeding trend update (``step``) and its
-  windowed linear-trend predictor (``predict_window``);
+* :class:`TrendPredictor` -- the paper's self-feeding trend update (``step``, its Algorithm
+  2) and its windowed linear-trend predictor (``predict_window``, its Algorithm 1);
 * :class:`HoltPredictor` -- Holt's double exponential smoothing (``observe``/``forecast``);
 * :class:`GatedPredictor` -- the trend predictor behind a confidence gate: read-only
   ``serve`` returns the cached row shrunk towards a capped trend prediction, with weight 0
@@ -80,6 +80,22 @@ class GatedAdapter(PredictorAdapter):
         return self.core.serve(slots, step)  # read-only: a preview is the same call
 
 
+class WindowTrendAdapter(PredictorAdapter):
+    """``window-trend``: the paper's Algorithm 1 over the synced rows alone: each served row is
+    ``0.3 * last + 0.7 * mean(window)`` plus the decayed, recency-weighted mean slope of the
+    window times the horizon (:meth:`TrendPredictor.predict_window`; read-only, no self-feeding)."""
+
+    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
+        self.core = TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
+        self.lam = lam
+
+    def observe(self, slots, step, rows):
+        self.core.step(slots, step, rows)
+
+    def serve(self, slots, step, preview):
+        return self.core.predict_window(slots, step, lam_pred=self.lam), np.ones(slots.size, dtype=np.float32)
+
+
 class HoltAdapter(PredictorAdapter):
     """``holt``: Holt's double exponential smoothing (:class:`HoltPredictor`)."""
 
@@ -93,7 +109,8 @@ class HoltAdapter(PredictorAdapter):
         return self.core.forecast(slots, step), np.ones(slots.size, dtype=np.float32)
 
 
-_ADAPTERS = {"linear-trend": TrendAdapter, "gated": GatedAdapter, "holt": HoltAdapter}
+_ADAPTERS = {"linear-trend": TrendAdapter, "gated": GatedAdapter, "holt": HoltAdapter,
+             "window-trend": WindowTrendAdapter}
 PREDICTOR_NAMES = ("cache", *_ADAPTERS)
 
 

@@ -17,6 +17,8 @@ import struct
 
 import numpy as np
 
+from .predictors import PREDICTOR_NAMES
+
 HEADER = struct.Struct("<IHHIIdII")  # magic, version, op, table, flags, step, length, status
 MAGIC = 0x41494E53
 VERSION = 1
@@ -24,7 +26,7 @@ OPS = dict(hello=1, add_table=2, observe=3, serve=4, drift=5, stats=6, close=7)
 OP_NAMES = {code: name for name, code in OPS.items()}
 PARTIAL, PREVIEW = 1, 2
 OK, ERROR = 0, 1
-KINDS = ("cache", "linear-trend", "gated", "holt")  # wire codes 0..3
+KINDS = PREDICTOR_NAMES  # wire codes 0.. in this order (csrc/tables.hpp Kind, _core.KIND_CODES)
 ADD_FIXED = struct.Struct("<QIIIIdd")  # num_rows, dim, kind, window, regions, beta, lam
 STATS = struct.Struct("<dqqq")  # predictor_s, tables, tracked_rows, predicted_slots
 BLOB_LEN = struct.Struct("<I")

@@ -11,6 +11,10 @@ Where a preset's value cannot apply to a run, the setting falls back, and the me
 * 8- or 4-bit rows (``quantize``) need the rows in memory and a step that waits for them:
   the storage tier and the pipelined policy move float32 rows;
 * the pipelined policy has no agent, whose rows are smoothed: ``smooth`` 0 there;
+* rows and gradients averaged over steps (``row_average``, ``grad_average``) need the owned rows
+  in memory at every step and the exchange's own gradients: the storage tier, the pipelined
+  policy and the stock-script switch do without, and ``fast`` there syncs every 2nd epoch and
+  smooths the synced rows over syncs (the stale configuration measured before averaging);
 * the stock-script switch moves a script's rows through DGL as they are: no smoothing, no
   quantization, no summed rows (its halo gradients are the script's own business).
 
@@ -19,26 +23,29 @@ Where a preset's value cannot apply to a run, the setting falls back, and the me
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .model import SUMMABLE_MODELS
 
 
 @dataclass(frozen=True)
 class Preset:
-    """The settings a preset sets, and one line on why."""
+    """The settings a preset sets, one line on why, and what it sets instead where rows and
+    gradients cannot be averaged over steps (``unaveraged``)."""
 
     values: dict
     why: str
+    unaveraged: dict = field(default_factory=dict)
 
 
 PRESETS = {
     "exact": Preset(dict(sync_interval=1, quantize=0),
                     "every epoch exchanges float32 halo rows: distributed training equals single-process training"),
-    "fast": Preset(dict(sync_interval=2, quantize=8),
-                   "halo rows exchanged every 2nd epoch after a warm-up of 5, 8-bit on the wire; stale epochs "
-                   "take the agent's cache of rows smoothed over syncs (as their sum, for GCN and SAGE) and "
-                   "push no halo gradient"),
+    "fast": Preset(dict(sync_interval=8, quantize=8, row_average=0.9, grad_average=0.9, smooth=0.0),
+                   "halo rows and gradients exchanged every 8th epoch after a warm-up of 5, 8-bit on the wire, "
+                   "each averaged over the steps before (rows by their owners, gradients by their senders); "
+                   "stale epochs take the last ones (rows as their sum, for GCN and SAGE) and send nothing",
+                   unaveraged=dict(sync_interval=2, smooth=0.75, row_average=0.0, grad_average=0.0)),
 }
 PRESET_NAMES = tuple(PRESETS)
 TRAIN_PRESET = "exact"  # dgl-sni train's
@@ -69,6 +76,8 @@ def expand(given: dict, context: Context, defaults: dict) -> dict:
             values[key] = value
 
     pipeline = values.get("sync_policy") == "pipeline"
+    for key, value in PRESETS[name].unaveraged.items():  # owners average rows they hold in memory
+        fall_back(key, value, context.switch or context.storage_tier or pipeline)
     rows_only = context.switch or context.storage_tier or context.model not in SUMMABLE_MODELS
     fall_back("stale_halo", "rows", rows_only)
     fall_back("sync_halo", "rows", values["stale_halo"] == "rows")

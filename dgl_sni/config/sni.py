@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
@@ -17,7 +18,8 @@ AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
 SYNC_HALO = ("auto", "inputs", "summed", "rows")
 QUANTIZE_BITS = (0, 4, 8)
-TREND_PREDICTORS = ("linear-trend", "gated")  # the predictors with a window of history and a decay
+TREND_PREDICTORS = ("linear-trend", "gated", "window-trend")  # the predictors with a window of history and a decay
+STALE_TRUTH = re.compile(r"none|(rows|grads|both)(@[1-9][0-9]*)?")
 
 
 def _by_preset(name: str) -> str:
@@ -128,6 +130,24 @@ class SNIConfig:
                             choices=SYNC_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
+    prefetch: bool = option(True, "ask the agent for a stale step's rows (a sync step's preview) at the "
+                                  "step's start, so it computes them while the trainer computes the layers "
+                                  "below (the paper's asynchronous pipeline); --no-prefetch asks when the "
+                                  "rows are needed", sweep=True)
+    row_average: float = option(0.0, "each owner keeps its rows averaged over its training steps, new = A * "
+                                     "old + (1 - A) * rows, and syncs publish that average instead of the "
+                                     "step's rows (the receivers' cache then lags by about A / (1 - A) steps "
+                                     "instead of by syncs); 0: the step's rows",
+                                sweep=True, needs=("stale epochs (--sync-interval above 1)", lambda c: c.sync_interval > 1))
+    grad_average: float = option(0.0, "each trainer computes its halo rows' gradients at every training step, "
+                                      "stale ones too, keeps them averaged likewise, and syncs push that average "
+                                      "(the owners then smooth it no further); 0: the sync step's gradients",
+                                 sweep=True, needs=("stale epochs (--sync-interval above 1)", lambda c: c.sync_interval > 1))
+    stale_truth: str = option("none", "measurement: stale epochs take the owners' true halo rows (rows), push and "
+                                      "receive the true halo gradients (grads) or both, instead of the served "
+                                      "ones (rows@L, grads@L, both@L: layer L only); pulled and pushed as on a "
+                                      "sync, nothing observed or kept. What staleness costs, cause by cause",
+                              sweep=True, needs=("stale epochs (--sync-interval above 1)", lambda c: c.sync_interval > 1))
     agent: str = option("process", "process: agent beside the trainer (shared memory); inline: a thread; "
                                    "doca: the agent on the BlueField (Comch + DMA); doca-local: a DOCA agent "
                                    "started here", choices=AGENT_MODES, sweep=True)
@@ -140,11 +160,11 @@ class SNIConfig:
                             needs=("--agent doca or doca-local", lambda c: c.agent.startswith("doca")))
     # predictor parameters (dpu_agent cores)
     window: int = option(4, "trend predictors: synced rows of history kept per halo row",
-                         needs=("--predictor linear-trend or gated", lambda c: c.predictor in TREND_PREDICTORS))
+                         needs=("--predictor linear-trend, gated or window-trend", lambda c: c.predictor in TREND_PREDICTORS))
     beta: float = option(0.2, "linear-trend: damping of the trend step, dt*exp(-beta*dt)",
                          needs=("--predictor linear-trend", lambda c: c.predictor == "linear-trend"))
     lam: float = option(0.2, "trend predictors: decay exp(-lam*dt) of the trend's weight",
-                        needs=("--predictor linear-trend or gated", lambda c: c.predictor in TREND_PREDICTORS))
+                        needs=("--predictor linear-trend, gated or window-trend", lambda c: c.predictor in TREND_PREDICTORS))
     # stock-script switch (kvstore.enable) only: which DistTensors SNI serves
     tensors: list = option(default_factory=list, cli=False,
                            help="names of the DistTensors served; empty: every tensor created after enable")
@@ -162,6 +182,14 @@ class SNIConfig:
     @property
     def enabled(self) -> bool:
         return self.predictor != "none"
+
+    def truth(self, layer: int) -> tuple:
+        """``(rows, grads)``: whether stale steps take layer ``layer``'s true halo rows and
+        gradients (``stale_truth``, a measurement)."""
+        what, _, only = self.stale_truth.partition("@")
+        if what == "none" or (only and int(only) != layer):
+            return False, False
+        return what in ("rows", "both"), what in ("grads", "both")
 
     @classmethod
     def expanded(cls, given: dict, context: Context = Context()) -> "SNIConfig":
@@ -188,10 +216,15 @@ class SNIConfig:
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
             (self.preset in PRESET_NAMES, f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}"),
             (0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (0 <= self.row_average < 1, f"--row-average must lie in [0, 1), got {self.row_average}"),
+            (0 <= self.grad_average < 1, f"--grad-average must lie in [0, 1), got {self.grad_average}"),
             (self.stale_halo in STALE_HALO,
              f"--stale-halo must be one of {', '.join(STALE_HALO)}, got {self.stale_halo!r}"),
             (self.sync_halo in SYNC_HALO,
              f"--sync-halo must be one of {', '.join(SYNC_HALO)}, got {self.sync_halo!r}"),
+            (STALE_TRUTH.fullmatch(self.stale_truth) is not None,
+             f"--stale-truth must be none, rows, grads or both, optionally @LAYER (e.g. rows@1), got "
+             f"{self.stale_truth!r}"),
             (self.quantize in QUANTIZE_BITS,
              f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
             (not self.smooth or self.sync_policy != "pipeline",

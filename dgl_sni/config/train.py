@@ -91,6 +91,10 @@ class TrainConfig:
                              "halo rows unit by unit; use --stale-halo rows)")
         if self.output.resume is not None:
             resume_point(self.output.resume, self.model.epochs)  # before the cluster starts
+        for name in ("row_average", "grad_average"):
+            if getattr(self.sni, name) and (self.tier.storage_tier or self.pipelined):
+                raise ValueError(f"--{name.replace('_', '-')} needs the owned rows in memory at every step and "
+                                 f"stale epochs: not with --storage-tier or --sync-policy pipeline")
         if self.pipelined and self.tier.storage_tier:
             raise ValueError("--sync-policy pipeline is not supported with --storage-tier (the tier's "
                              "layers publish rows unit by unit, and a pipelined step would need two copies)")
@@ -158,7 +162,9 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``dgl-sni train`` (and of the trainer processes): one group per part, a
     flag not given setting nothing (the preset decides), ``--help`` listing the common
     flags and ``--help-all`` every one."""
-    by_preset = {name: " / ".join(f"{p}: {preset.values[name]}" for p, preset in PRESETS.items())
+    defaults = SNIConfig()
+    by_preset = {name: " / ".join(f"{p}: {preset.values.get(name, getattr(defaults, name))}"
+                                  for p, preset in PRESETS.items())
                  for name in set().union(*(p.values for p in PRESETS.values()))}
     for part in TrainConfig().parts().values():
         add_part_arguments(parser.add_argument_group(part.TITLE), part, given_only=True, shown_defaults=by_preset)

@@ -62,6 +62,7 @@ class KVHaloExchange:
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined runs)
         self._last_grad = {}  # layer -> the gradient received at the last exact step (pipelined runs)
         self._sync_grad = {}  # layer -> the syncs' received gradients, smoothed (Grad.LAST)
+        self._row_avg, self._grad_avg = {}, {}  # layer -> owned rows / halo gradients averaged over steps
 
     def owned_local_offsets(self) -> np.ndarray:
         return self.wire.owned_local_offsets()
@@ -119,10 +120,13 @@ class KVHaloExchange:
     def rows(self, layer: int, owned: Owned) -> Resolved:
         """Layer ``layer``'s halo rows from where the plan says, with their origins."""
         lp, wire = self.plan.layers[layer], self.wire
+        # what is published: the step's rows, or their average (a layer taking rows apart or
+        # summed averaged them in start_rows: every training step passes there once)
+        publish = self._averaged(layer, owned) if lp.form is Form.ROWS else owned
         if lp.source is Source.SERVED:
-            return self.planner.served(layer, owned, WireSource(wire, layer, owned))
+            return self.planner.served(layer, owned, WireSource(wire, layer, publish))
         if lp.source is Source.PREVIOUS:
-            wire.publish(layer, owned)
+            wire.publish(layer, publish)
             if wire.num_halo:
                 self._in_flight[layer] = wire.send_pull(layer)
                 wire.counters.add("pulled_rows", wire.num_halo)
@@ -132,10 +136,12 @@ class KVHaloExchange:
             raise RuntimeError(f"layer {layer}'s halo rows were not fetched: the plan gave it their kept sum")
         pending = self._started.pop(layer, None)
         if pending is None:
-            wire.publish(layer, owned)
+            wire.publish(layer, publish)
             fresh = wire.pull(layer)
         else:
             fresh = wire.receive(layer, pending)
+        if lp.source is Source.TRUE:  # measured against: neither observed nor kept
+            return Resolved(fresh, np.full(fresh.shape[0], int(Origin.PULLED), dtype=np.uint8))
         resolved = self.planner.fresh(layer, fresh, owned)
         if lp.keep_previous:
             self._last_rows[layer] = resolved.rows  # the first pipelined step uses them
@@ -156,9 +162,17 @@ class KVHaloExchange:
         return HaloGate.apply(owned, self, layer)
 
     def start_rows(self, layer: int, owned: torch.Tensor) -> None:
-        if self.plan.layers[layer].source is Source.PULLED and self.wire.num_halo:
+        lp = self.plan.layers[layer]
+        owned = self._averaged(layer, owned)
+        if lp.source in (Source.PULLED, Source.TRUE) and self.wire.num_halo:
             self.wire.publish(layer, owned)
             self._started[layer] = self.wire.send_pull(layer)
+
+    def _averaged(self, layer: int, owned: Owned) -> Owned:
+        """The owned rows a training step publishes: ``owned``, or with ``average_rows`` their
+        average over the steps, updated with them (called once per step and layer)."""
+        a = self.plan.layers[layer].average_rows
+        return _average(self._row_avg, layer, owned.detach(), a) if a else owned
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: BlockSplit, scale: torch.Tensor | None,
                  mask: KeyedMask | None = None) -> torch.Tensor:
@@ -183,7 +197,8 @@ class KVHaloExchange:
             total = sums.get(layer, resolved.version, scale)  # these very rows were summed before
             if total is None:
                 total = split.sum_rows(_tensor(resolved), scale)
-                self.planner.keep_sum(layer, resolved, scale, total)
+                if lp.keep_sum:
+                    self.planner.keep_sum(layer, resolved, scale, total)
             return total
         resolved = self.rows(layer, owned)
         rows = _tensor(resolved)
@@ -197,8 +212,10 @@ class KVHaloExchange:
 
     # ------------------------------------------------------------------ gradients backward
     def pushes_grad(self, layer: int) -> bool:
-        """This step sends layer ``layer``'s halo gradients."""
-        return self.plan.layers[layer].grad in (Grad.PUSH, Grad.DEFERRED)
+        """This step computes layer ``layer``'s halo gradients: it sends them (to train with, or
+        to measure), or adds them to their average over steps."""
+        lp = self.plan.layers[layer]
+        return lp.grad in (Grad.PUSH, Grad.DEFERRED) or lp.measure_grad or bool(lp.average_grads)
 
     def backward_rows(self, layer: int, grad_halo: torch.Tensor | None) -> torch.Tensor:
         """Send halo gradients to their owners where the step sends them; return the
@@ -214,8 +231,12 @@ class KVHaloExchange:
         return self.received_grad(layer)
 
     def send_grad(self, layer: int, grad_halo: torch.Tensor | None) -> None:
-        """Push the halo gradients where this step sends them (not flushed)."""
-        if self.pushes_grad(layer):
+        """Push the halo gradients where this step sends them (not flushed): this step's, or
+        where they are averaged over steps, that average."""
+        lp = self.plan.layers[layer]
+        if lp.average_grads:
+            grad_halo = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
+        if lp.grad in (Grad.PUSH, Grad.DEFERRED) or lp.measure_grad:
             self.wire.push(layer, grad_halo)
 
     def received_grad(self, layer: int) -> torch.Tensor:
@@ -223,19 +244,29 @@ class KVHaloExchange:
         or where the step sends none, the syncs' (``LAST``: the kept tensor itself, only read
         by the callers) or zeros."""
         lp = self.plan.layers[layer]
-        if lp.grad is Grad.LAST and layer in self._sync_grad:
-            return self._sync_grad[layer]
         if lp.grad in (Grad.LAST, Grad.NONE):
-            return self.wire.zeros(layer)
+            used = self._sync_grad[layer] if lp.grad is Grad.LAST and layer in self._sync_grad \
+                else self.wire.zeros(layer)
+            if lp.measure_grad:  # what the others would have sent, against what the owned rows get
+                self.wire.end_round(layer)
+                self.planner.measure_grad(layer, used, self.wire.received(layer))
+            return used
         self.wire.end_round(layer)  # every gradient the others sent for the owned rows is applied
         received = self.wire.received(layer)
         if lp.keep_previous:
             self._last_grad[layer] = received  # the first pipelined step uses it
         if lp.keep_grad:  # the stale steps until the next sync reuse it, smoothed over syncs
-            g, prev = self.plan.smoothing, self._sync_grad.get(layer)
+            g, prev = self.plan.grad_smoothing, self._sync_grad.get(layer)
             self._sync_grad[layer] = received if not g or prev is None else mix(prev, g, received)
         return received
 
 
 def _tensor(resolved: Resolved) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(resolved.rows))
+
+
+def _average(kept: dict, layer: int, new: torch.Tensor, a: float) -> torch.Tensor:
+    """``kept[layer] = a * kept[layer] + (1 - a) * new`` (``new`` itself the first time); returns it."""
+    prev = kept.get(layer)
+    kept[layer] = new.detach().clone() if prev is None else mix(prev, a, new)
+    return kept[layer]

@@ -87,6 +87,7 @@ class Source(str, enum.Enum):
     SERVED = "served"  # the layer's resolver: the agent's cache or prediction, the drift transfer
     KEPT_SUM = "kept-sum"  # no rows: the sum kept at the last sync (the cache has not changed since)
     PREVIOUS = "previous"  # the previous training step's rows; this step's pull stays on the wire
+    TRUE = "true"  # a stale step measured against the truth (--stale-truth): pulled now, not observed
 
 
 class Grad(str, enum.Enum):
@@ -102,9 +103,14 @@ class Grad(str, enum.Enum):
 class LayerPlan:
     """One exchanged layer's part of a :class:`StepPlan`.
 
-    ``keep_sum``: a training sync step whose rows the cache will serve until the next
-    sync: the undropped sum of these rows is kept (:meth:`HaloPlanner.keep_sum`) and the
-    stale steps reuse it (their ``source`` is then ``KEPT_SUM``, with the sum in ``kept``).
+    ``keep_sum``: the undropped sum of these rows is kept (:meth:`HaloPlanner.keep_sum`):
+    a training step that sums served rows anew, or a sync step whose rows the cache will serve
+    until the next sync; the stale steps reuse it (their ``source`` is then ``KEPT_SUM``, with
+    the sum in ``kept``). ``measure_grad``: a step that sends no halo gradient pushes the true
+    ones all the same and compares what the owned rows get with them (``--measure-staleness``).
+    ``average_rows`` / ``average_grads`` (``A``, 0: off): a training step adds the owned rows it
+    computes (the halo gradients it computes) to their average over steps, ``A * old + (1 - A)
+    * new``, and what it publishes (pushes) is that average (``--row-average``, ``--grad-average``).
     ``keep_grad``: the gradient the others push for the owned rows is kept, smoothed over
     syncs, for the stale steps whose ``grad`` is ``LAST``. ``keep_previous``: a pipelined
     run's exact training step: its rows and received gradient are what the next,
@@ -117,6 +123,9 @@ class LayerPlan:
     keep_sum: bool = False
     keep_grad: bool = False
     keep_previous: bool = False
+    measure_grad: bool = False
+    average_rows: float = 0.0
+    average_grads: float = 0.0
     kept: torch.Tensor | None = None
 
 
@@ -131,6 +140,7 @@ class StepPlan:
     smoothing: float
     input_sum: bool
     layers: dict  # layer -> LayerPlan
+    grad_smoothing: float = 0.0  # what the owners average the syncs' received gradients with
 
     def describe(self) -> str:
         """One line per layer, for logs and tests."""
@@ -209,15 +219,16 @@ class HaloPlanner:
         sums = self.sum_stale and training
         layers = {}
         for layer, resolver in self.resolvers.items():
-            kept = self._kept_sum(layer) if stale and sums else None
-            if stale and kept is None:
+            kept = self._kept_sum(layer) if stale and sums and not self.cfg.truth(layer)[0] else None
+            if stale and kept is None and not self.cfg.truth(layer)[0] and self.cfg.prefetch:
                 resolver.prefetch(step)  # the rows are needed: let the agent start on them
-            elif not stale and training and self.cfg is not None:
+            elif not stale and training and self.cfg is not None and self.cfg.prefetch:
                 resolver.prefetch_preview(step, own_rows=True)
             layers[layer] = self._layer(layer, mode, training, kept)
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
                         smoothing=self.smoothing, input_sum=sums and (stale or self.sync_sums != "rows"),
-                        layers=layers)
+                        layers=layers, grad_smoothing=0.0 if self.cfg is not None and self.cfg.grad_average
+                        else self.smoothing)
         self._count(plan)
         self.plan_now = plan
         return plan
@@ -237,8 +248,11 @@ class HaloPlanner:
 
     def _layer(self, layer: int, mode: str, training: bool, kept: torch.Tensor | None) -> LayerPlan:
         cfg, stale = self.cfg, mode == "stale"
+        true_rows, true_grads = cfg.truth(layer) if stale else (False, False)
         if mode == "pipelined":
             source = Source.PREVIOUS
+        elif true_rows:
+            source = Source.TRUE
         elif stale:
             source = Source.KEPT_SUM if kept is not None else Source.SERVED
         else:
@@ -252,15 +266,22 @@ class HaloPlanner:
             form = Form.APART
         if mode == "pipelined":
             grad = Grad.DEFERRED
-        elif stale and cfg.stale_grad != "exchange":
+        elif stale and cfg.stale_grad != "exchange" and not true_grads:
             grad = Grad.LAST if cfg.stale_grad == "last" else Grad.NONE
         else:
             grad = Grad.PUSH
+        if form is Form.SUM:  # a sum of rows fetched now is kept (a kept sum or the truth is not)
+            keep_sum = training and source not in (Source.KEPT_SUM, Source.TRUE)
+        else:
+            keep_sum = self.sum_stale and training and mode == "sync" and self.resolvers[layer].versions_stale_rows()
+        averaging = training and cfg is not None and not self.tier_backed  # rows in memory, every step
         return LayerPlan(
-            source=source, form=form, grad=grad, kept=kept,
-            keep_sum=self.sum_stale and training and mode == "sync" and self.resolvers[layer].versions_stale_rows(),
-            keep_grad=grad is Grad.PUSH and cfg is not None and cfg.stale_grad == "last",
-            keep_previous=self.pipeline_from is not None and training and mode == "sync")
+            source=source, form=form, grad=grad, kept=kept, keep_sum=keep_sum,
+            average_rows=cfg.row_average if averaging else 0.0,
+            average_grads=cfg.grad_average if averaging else 0.0,
+            keep_grad=grad is Grad.PUSH and not stale and cfg is not None and cfg.stale_grad == "last",
+            keep_previous=self.pipeline_from is not None and training and mode == "sync",
+            measure_grad=stale and training and cfg.measure_staleness and grad in (Grad.LAST, Grad.NONE))
 
     def _kept_sum(self, layer: int) -> torch.Tensor | None:
         """A stale training step's kept sum of layer ``layer``'s served rows: the sum kept at
@@ -290,7 +311,7 @@ class HaloPlanner:
         publishes, peeks and pulls where the resolver needs the owners (staleness measured,
         adaptive re-pulls: see :class:`~dgl_sni.halo.resolver.HaloSource`)."""
         plan = self.plan_now
-        next_syncs = plan.training and self.schedule.surely_syncs(plan.step + 1)
+        next_syncs = plan.training and self.cfg.prefetch and self.schedule.surely_syncs(plan.step + 1)
         return self.resolvers[layer].served(plan.step, plan.training, wire, self._own(layer, owned),
                                             next_syncs=next_syncs)
 
@@ -299,6 +320,15 @@ class HaloPlanner:
         it): keep it, or the kept sum it updates, for the stale steps."""
         self.counters.add("summed_rows", int(resolved.rows.shape[0]))
         self.sums.keep(layer, resolved, scale, total)
+
+    def measure_grad(self, layer: int, used: torch.Tensor, true: torch.Tensor) -> None:
+        """Staleness of a step's halo gradients (``--measure-staleness``): per owned row, the
+        L2 error of the gradient ``used`` against the ``true`` one the others pushed, and the
+        true one's norm, summed per layer (the metrics turn them into means)."""
+        c, tag = self.counters, f"l{layer}_"
+        c.add(tag + "grad_err_sum", float(torch.linalg.vector_norm(used - true, dim=1).sum()))
+        c.add(tag + "grad_true_sum", float(torch.linalg.vector_norm(true, dim=1).sum()))
+        c.add(tag + "grad_n", int(true.shape[0]))
 
     def _own(self, layer: int, owned):
         """The worker's own rows where the drift transfer reads them (training, in memory)."""

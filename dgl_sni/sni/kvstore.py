@@ -524,6 +524,10 @@ _TRAIN_ONLY = {
                 "rows as DGL does (set quantize to 0)",
     "stale_halo": "summed halo rows are a dgl-sni train setting (its models' layers take them); the "
                   "stock-script switch serves a script's rows (set stale_halo to rows)",
+    "row_average": "rows averaged over steps are a dgl-sni train setting (the owners publish them); a stock "
+                   "script writes its own rows (set row_average to 0)",
+    "grad_average": "gradients averaged over steps are a dgl-sni train setting (the senders push them); a "
+                    "stock script pushes its own gradients (set grad_average to 0)",
 }
 
 

@@ -180,6 +180,10 @@ class HaloTable:
         c.add("stale_l2_sum", float(err_used.sum()))
         c.add("cache_l2_sum", float(err_cache.sum()))
         c.add("stale_l2_n", int(err_used.size))
+        tag = f"l{self.table_id}_"  # per layer (the full-graph trainers' table ids are their layers)
+        c.add(tag + "stale_l2_sum", float(err_used.sum()))
+        c.add(tag + "true_l2_sum", float(np.linalg.norm(true, axis=1).sum()))
+        c.add(tag + "stale_l2_n", int(err_used.size))
         sel = self.sampled
         if sel.any():
             c.add("pred_l2_sum", float(err_used[sel].sum()))

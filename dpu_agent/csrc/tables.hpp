@@ -30,9 +30,9 @@ namespace sni {
 namespace table {
 
 // Predictor kinds a table accepts (dpu_agent.predictors.PREDICTOR_NAMES, same order).
-enum Kind : uint32_t { kCache = 0, kTrend = 1, kGated = 2, kHolt = 3, kNumKinds = 4 };
+enum Kind : uint32_t { kCache = 0, kTrend = 1, kGated = 2, kHolt = 3, kWindow = 4, kNumKinds = 5 };
 inline const char* kind_name(uint32_t k) {
-    static const char* names[] = {"cache", "linear-trend", "gated", "holt"};
+    static const char* names[] = {"cache", "linear-trend", "gated", "holt", "window-trend"};
     return k < kNumKinds ? names[k] : "?";
 }
 
@@ -158,6 +158,28 @@ private:
     pred::GatedPredictor c_;
 };
 
+// The paper's Algorithm 1 over the synced rows: read-only windowed trend (predict_window).
+class WindowCore : public Core {
+public:
+    WindowCore(int64_t n, int64_t dim, int64_t window, double beta, double lam)
+        : buf_(n, pred::TrendPredictor::stride(dim, window)),
+          c_(n, dim, window, beta, lam, 1e-8, buf_.data, buf_.meta), dim_(dim), lam_(lam) {}
+    int observe(const int64_t* s, int64_t n, double t, const float* rows, int64_t* bad) override {
+        std::vector<float> out(static_cast<size_t>(n) * static_cast<size_t>(dim_), 0.0f);
+        return c_.step(s, n, t, rows, nullptr, out.data(), bad);
+    }
+    int serve(const int64_t* s, int64_t n, double t, bool, float* out, float* w, int64_t* bad) override {
+        const int st = c_.predict_window(s, n, t, 0.3, 5.0, lam_, out, bad);
+        if (st == pred::kOk) for (int64_t r = 0; r < n; ++r) w[r] = 1.0f;
+        return st;
+    }
+private:
+    CoreBuffers buf_;
+    pred::TrendPredictor c_;
+    int64_t dim_;
+    double lam_;
+};
+
 class HoltCore : public Core {
 public:
     HoltCore(int64_t n, int64_t dim) : buf_(n, pred::HoltPredictor::stride(dim)), c_(n, dim, 0.5, 0.3, 1e-8, buf_.data, buf_.meta) {}
@@ -204,6 +226,8 @@ public:
                 core_.reset(new TrendCore(ns, dim, p.window, p.beta, p.lam));
             } else if (kind == kGated) {
                 core_.reset(new GatedCore(ns, dim, p.window, p.lam));
+            } else if (kind == kWindow) {
+                core_.reset(new WindowCore(ns, dim, p.window, p.beta, p.lam));
             } else {
                 core_.reset(new HoltCore(ns, dim));
             }

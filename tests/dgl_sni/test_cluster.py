@@ -231,3 +231,15 @@ def test_records_gathered_in_batches_merge_epoch_by_epoch():
     assert [m["loss"] for m in merged] == [1.0, 0.5, 1.0 / 3]
     assert session._merge([]) == []
     assert "bytes_sent" not in EPOCH_EVENT and {"loss", "mode", "val_acc"} <= set(EPOCH_EVENT)
+
+
+def test_staleness_means_are_merged_over_workers_and_per_layer():
+    from dgl_sni.metrics import merge_epoch
+    workers = [dict(epoch=3, mode="stale", stale_l2_sum=2.0, stale_l2_n=4, l1_stale_l2_sum=2.0, l1_stale_l2_n=4,
+                    l1_true_l2_sum=8.0, l2_grad_err_sum=1.0, l2_grad_true_sum=4.0, l2_grad_n=2),
+               dict(epoch=3, mode="stale", stale_l2_sum=4.0, stale_l2_n=4, l1_stale_l2_sum=4.0, l1_stale_l2_n=4,
+                    l1_true_l2_sum=8.0, l2_grad_err_sum=3.0, l2_grad_true_sum=4.0, l2_grad_n=2)]
+    merged = merge_epoch(workers)
+    assert merged["staleness_l2"] == merged["l1_staleness_l2"] == 0.75  # 6 over 8 rows
+    assert merged["l1_true_l2"] == 2.0 and merged["l2_grad_err_l2"] == 1.0 and merged["l2_grad_true_l2"] == 2.0
+    assert not any(k.endswith(("_sum", "_n")) for k in merged)

@@ -17,7 +17,7 @@ def _trajectory(t, n=40, d=8):
     return (a + b * t).astype(np.float32)
 
 
-@pytest.mark.parametrize("kind", ["cache", "gated", "linear-trend", "holt"])
+@pytest.mark.parametrize("kind", ["cache", "gated", "linear-trend", "holt", "window-trend"])
 def test_history_table_serves_cache_or_predictions(kind):
     sampled = np.zeros(40, dtype=bool)
     sampled[:10] = True
@@ -32,6 +32,13 @@ def test_history_table_serves_cache_or_predictions(kind):
     assert (weight[10:] == 0).all()
     if kind == "cache":
         assert np.array_equal(rows, _trajectory(8)) and (weight == 0).all()
+    elif kind == "window-trend":  # the paper's Algorithm 1 over the window of synced rows (2, 4, 6, 8)
+        ring = {t: _trajectory(t)[:10].astype(np.float64) for t in (2, 4, 6, 8)}
+        level = 0.3 * ring[8] + 0.7 * np.mean([ring[t] for t in (2, 4, 6, 8)], axis=0)
+        w = {t: np.exp(-abs(8 - t) / 5.0) for t in (4, 6, 8)}
+        slope = sum(w[t] * (ring[t] - ring[t - 2]) / 2 for t in (4, 6, 8)) / sum(w.values())
+        np.testing.assert_allclose(rows[:10], level + 3 * slope * np.exp(-0.2 * 3), rtol=1e-5, atol=1e-5)
+        assert (weight[:10] > 0).all()
     else:
         # on a linear drift the refined rows are closer to the truth than the cache
         truth = _trajectory(11)[:10]

@@ -13,7 +13,7 @@ def _same(a, b):
     assert a.tobytes() == b.tobytes(), np.abs(a.astype(np.float64) - b).max()
 
 
-@pytest.mark.parametrize("kind", ["cache", "linear-trend", "gated", "holt"])
+@pytest.mark.parametrize("kind", ["cache", "linear-trend", "gated", "holt", "window-trend"])
 @pytest.mark.parametrize("num_rows,dim", [(7, 3), (150, 16), (300, 131), (1100, 5)])
 def test_tables_equal_the_numpy_tables_to_the_bit(kind, num_rows, dim):
     rng = np.random.default_rng(num_rows * 31 + dim)
@@ -57,3 +57,14 @@ def test_table_errors_are_clear():
     agent = Agent()
     with pytest.raises(ValueError, match="no table 3"):
         agent.table(3)
+
+
+def test_every_predictor_kind_has_one_code_everywhere():
+    """The kinds' names and wire codes are one list (dpu_agent.predictors.PREDICTOR_NAMES): the
+    protocol, the compiled tables and the agent binary number them alike."""
+    from dpu_agent import _core, protocol
+    from dpu_agent.predictors import PREDICTOR_NAMES
+    assert protocol.KINDS == PREDICTOR_NAMES
+    assert _core.KIND_CODES == {name: code for code, name in enumerate(PREDICTOR_NAMES)}
+    for kind in PREDICTOR_NAMES:  # the compiled tables accept each, under its own name
+        assert HistoryTable(3, 2, np.ones(3, bool), kind).kind == kind

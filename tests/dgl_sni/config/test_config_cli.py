@@ -24,7 +24,8 @@ STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DG
 # settings added since the parts existed (sync_loss_gap: the guarded policy; dropout_stream: the
 # null runs of the paired-seed studies; preset: the named presets)
 NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
-            "allocator", "stale_halo", "sync_halo", "dropout_stream", "preset"}
+            "allocator", "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
+            "grad_average", "prefetch"}
 # settings no non-default config below moves, and why
 KEPT = {"resume": "needs a folder holding a checkpoint, and excludes --sweep (the configs set one)"}
 COMMON = {"dataset", "workers", "bandwidth", "model", "layers", "hidden", "dropout", "lr", "seed", "epochs",
@@ -57,7 +58,7 @@ def _non_default() -> list:
              window=6, beta=0.5, lam=0.05, sync_policy="drift", sync_drift=0.2, quantize=4, agent="doca",
              doca_pci="0000:03:00.0", doca_name="sni-x", preset="fast", sync_halo="inputs"),
         dict(predictor="gated", transfer=False, sync_policy="guarded", sync_loss_gap=0.05, agent_dir="/a",
-             sync_halo="summed"),
+             sync_halo="summed", stale_truth="rows@2", row_average=0.5, grad_average=0.5, prefetch=False),
     )]
 
 
@@ -120,8 +121,8 @@ def test_train_runs_exact_by_default_and_the_stock_switch_fast():
     assert cfg.sni.preset == "exact" and cfg.sni.sync_interval == 1 and cfg.sni.quantize == 0
     assert not cfg.sni_active
     assert from_args(_train_parser().parse_args([])) == cfg
-    switch = SNIConfig.from_dict({})
-    assert switch.preset == "fast" and switch.sync_interval == PRESETS["fast"].values["sync_interval"]
+    switch = SNIConfig.from_dict({})  # a stock script's rows are not averaged over steps: fast without it
+    assert switch.preset == "fast" and switch.sync_interval == PRESETS["fast"].unaveraged["sync_interval"]
 
 
 def test_flags_round_trip_non_default_configs():
@@ -181,7 +182,8 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "seed", "eval_every", "sync_interval", "sampling_ratio", "warmup", "predictor",
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth",
-                              "stale_halo", "sync_halo", "dropout_stream", "preset"}
+                              "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
+                              "grad_average", "prefetch"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()
@@ -200,7 +202,7 @@ def test_a_sweep_entrys_preset_sets_what_neither_it_nor_the_base_gave(tmp_path):
     path.write_text(json.dumps([{"preset": "exact"}, {"preset": "fast"}, {"preset": "fast", "sync_interval": 5}]))
     base = TrainConfig.from_dict(dict(workers=4, quantize=4)).validate()  # given: kept by every run
     exact, fast, five = load_sweep(str(path), base)
-    assert (exact.sni.sync_interval, fast.sni.sync_interval, five.sni.sync_interval) == (1, 2, 5)
+    assert (exact.sni.sync_interval, fast.sni.sync_interval, five.sni.sync_interval) == (1, 8, 5)
     assert {r.sni.quantize for r in (exact, fast, five)} == {4}
     assert five.sni.preset == "fast" and five.stale_sums and not exact.sni_active
 
@@ -209,14 +211,17 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     parse = lambda *argv: from_args(_train_parser().parse_args(list(argv))).sni  # noqa: E731
     fast = parse("--preset", "fast")
     assert (fast.sync_interval, fast.warmup, fast.predictor, fast.smooth, fast.quantize, fast.stale_grad,
-            fast.stale_halo, fast.sync_halo) == (2, 5, "cache", 0.75, 8, "last", "summed", "auto")
+            fast.stale_halo, fast.sync_halo, fast.row_average, fast.grad_average) == \
+        (8, 5, "cache", 0.0, 8, "last", "summed", "auto", 0.9, 0.9)
     # where a preset's value cannot apply, the setting falls back (and the metrics show it)
-    assert parse("--preset", "fast", "--model", "gat").stale_halo == "rows"
-    assert parse("--preset", "fast", "--model", "gat").sync_halo == "rows"
-    tier = parse("--preset", "fast", "--storage-tier", "/t")
-    assert (tier.quantize, tier.stale_halo) == (0, "rows")
+    gat = parse("--preset", "fast", "--model", "gat")
+    assert (gat.stale_halo, gat.sync_halo, gat.row_average) == ("rows", "rows", 0.9)  # whole rows, averaged
+    tier = parse("--preset", "fast", "--storage-tier", "/t")  # rows in files: not averaged over steps
+    assert (tier.quantize, tier.stale_halo, tier.sync_interval, tier.smooth, tier.row_average) == (0, "rows", 2, 0.75, 0)
     pipe = parse("--preset", "fast", "--sync-policy", "pipeline")
-    assert (pipe.quantize, pipe.smooth) == (0, 0.0)  # no agent: nothing to smooth; float32 rows
+    assert (pipe.quantize, pipe.smooth, pipe.grad_average) == (0, 0.0, 0)  # no agent, no stale epoch
+    with pytest.raises(ValueError, match="--row-average needs the owned rows in memory"):
+        parse("--preset", "fast", "--storage-tier", "/t", "--row-average", "0.9")
     # a setting given wins over the preset, at any value
     assert parse("--preset", "fast", "--quantize", "0").quantize == 0
     assert parse("--sync-interval", "2").quantize == 0  # exact's float32 rows, at interval 2
@@ -231,11 +236,11 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
 def test_the_switch_takes_the_same_preset_where_its_settings_apply():
     """``DGL_SNI_CONFIG={"preset": "fast"}`` gives the stock-script switch what ``--preset fast``
     gives dgl-sni train, except the settings a script's own rows cannot take."""
-    train = TrainConfig.from_dict(dict(preset="fast")).validate().sni
+    train = TrainConfig.from_dict(dict(preset="fast", storage_tier="/t")).validate().sni  # not averaged either
     for switch in (SNIConfig.from_dict({"preset": "fast"}), SNIConfig.from_dict({})):  # DGL_SNI=1: fast
         shared = ("sync_interval", "warmup", "predictor", "sampling_ratio", "sync_policy", "window", "beta", "lam")
         assert {k: getattr(switch, k) for k in shared} == {k: getattr(train, k) for k in shared}
-        assert (switch.smooth, switch.quantize, switch.stale_halo) == (0.0, 0, "rows")
+        assert (switch.smooth, switch.quantize, switch.stale_halo, switch.row_average) == (0.0, 0, "rows", 0.0)
     assert SNIConfig.from_dict({"preset": "exact"}).sync_interval == 1
 
 
@@ -244,7 +249,7 @@ def test_the_switch_takes_the_same_preset_where_its_settings_apply():
     (["--sync-loss-gap", "0.1"], "--sync-loss-gap 0.1 means nothing without --sync-policy guarded"),
     (["--drift-bound", "0.1", "--sync-policy", "drift"], "--drift-bound 0.1 means nothing without --sync-policy adaptive"),
     (["--beta", "0.5", "--predictor", "gated"], "--beta 0.5 means nothing without --predictor linear-trend"),
-    (["--window", "8"], "--window 8 means nothing without --predictor linear-trend or gated"),
+    (["--window", "8"], "--window 8 means nothing without --predictor linear-trend, gated or window-trend"),
     (["--no-transfer"], "--transfer False means nothing without --predictor gated"),
     (["--heads", "2"], "--heads 2 means nothing without --model gat"),
     (["--dataset", "cora", "--nodes", "50"], "--nodes 50 means nothing without --dataset synthetic"),
@@ -266,7 +271,7 @@ def test_help_lists_the_common_flags_and_help_all_every_one():
     train = parser._subparsers._group_actions[0].choices["train"]
     short = train.format_help()
     assert all(f"--{name.replace('_', '-')}" in short for name in COMMON) and "--sync-drift" not in short
-    assert "(default: exact: 1 / fast: 2)" in " ".join(short.split())
+    assert "(default: exact: 1 / fast: 8)" in " ".join(short.split())
     with pytest.raises(SystemExit):
         train.parse_args(["--help-all"])
     assert "--sync-drift" in train.format_help() and "--window" in train.format_help()

@@ -260,3 +260,90 @@ def test_layers_taking_rows_apart_through_the_exchange_equal_the_whole_block(mod
     torch.testing.assert_close(wire.pushed, sent[1], rtol=1e-4, atol=1e-5)  # the last layer pushed: 1
     moves = [c for c in wire.calls if c[0] in ("publish", "send_pull", "receive")]
     assert moves == _expected_forward(plan, 1, started=True) + _expected_forward(plan, 2, started=True)
+
+
+def test_the_truth_is_pulled_but_never_observed_and_measured_gradients_are_not_used():
+    """``--stale-truth`` rows come from the owners and go to no resolver; a stale step that
+    measures its gradients pushes and receives the true ones, hands them to the planner, and
+    gives the owned rows what the plan says (``LAST``: the kept ones)."""
+    plans = [_plan(0, Source.PULLED, keep_grad=True),
+             _plan(1, Source.TRUE, grad=Grad.LAST, mode="stale", measure_grad=True)]
+    wire, planner = FakeWire(), FixedPlanner(*plans)
+    measured = []
+    planner.measure_grad = lambda layer, used, true: measured.append((layer, used.clone(), true.clone()))
+    ex = KVHaloExchange(wire, planner)
+    for step in range(2):
+        ex.begin_step(step, True)
+        wire.calls.clear()
+        owned = torch.zeros(OWNED, D, requires_grad=True)
+        out = ex(1, owned)
+        assert wire.calls == [("publish", 1), ("pull", 1)]
+        wire.calls.clear()
+        out.sum().backward()
+        assert wire.calls == [("push", 1), ("end_round", 1, True), ("received", 1, None)]
+    assert planner.calls.count(("fresh", 1)) == 1  # the sync's rows only
+    assert torch.equal(owned.grad - 1.0, torch.full((OWNED, D), 10.0))  # the kept gradient of the sync
+    assert len(measured) == 1 and measured[0][0] == 1 and torch.equal(measured[0][1], measured[0][2])
+
+
+def test_rows_and_gradients_averaged_over_steps_are_what_a_sync_publishes_and_pushes():
+    """``--row-average`` / ``--grad-average`` A: every training step adds the owned rows (the halo
+    gradients) it computes to their average, ``A * old + (1 - A) * new``; a sync publishes (pushes)
+    the average, a stale step only updates it; the owners take what arrives unsmoothed."""
+    a = 0.5
+    published, pushed = [], []
+
+    class Wire(FakeWire):
+        def publish(self, layer, owned):
+            published.append(owned.clone())
+            super().publish(layer, owned)
+
+        def push(self, layer, grad):
+            pushed.append(grad.clone())
+            super().push(layer, grad)
+
+    plans = [_plan(0, Source.PULLED, form=Form.SUM, keep_grad=True, average_rows=a, average_grads=a),
+             _plan(1, Source.SERVED, form=Form.SUM, grad=Grad.LAST, mode="stale", average_rows=a, average_grads=a),
+             _plan(2, Source.PULLED, form=Form.SUM, keep_grad=True, average_rows=a, average_grads=a)]
+    wire, planner = Wire(), FixedPlanner(*plans)
+    ex = KVHaloExchange(wire, planner)
+
+    class Split:  # a halo sum of the rows themselves; the rows' gradient is the sum's, by step
+        def sum_rows(self, rows, scale):
+            return rows[:OWNED].sum(0, keepdim=True).expand(OWNED, D).contiguous()
+
+        def rows_grad(self, grad_sum, scale, mask=None):
+            return torch.full((HALO, D), float(ex.plan.step + 1))
+
+    for step, rows in enumerate((1.0, 3.0, 7.0)):
+        ex.begin_step(step, True)
+        owned = torch.full((OWNED, D), rows, requires_grad=True)
+        h = ex.start_halo(1, owned)
+        ex.halo_sum(1, h, Split(), None).sum().backward()
+    # rows published at the syncs (steps 0 and 2): 1, then 0.5 * (0.5 * 1 + 0.5 * 3) + 0.5 * 7
+    assert [float(p[0, 0]) for p in published] == [1.0, 4.5]
+    # gradients pushed at the syncs: 1, then 0.5 * (0.5 * 1 + 0.5 * 2) + 0.5 * 3
+    assert [float(p[0, 0]) for p in pushed] == [1.0, 2.25]
+
+
+def test_a_layer_taking_whole_rows_averages_them_too():
+    """GAT's layers take whole rows: their rows and gradients pass through the exchange once per
+    step all the same, so a sync publishes and pushes their averages as well."""
+    published, pushed = [], []
+
+    class Wire(FakeWire):
+        def publish(self, layer, owned):
+            published.append(float(owned[0, 0]))
+
+        def push(self, layer, grad):
+            pushed.append(float(grad[0, 0]))
+
+    plans = [_plan(0, Source.PULLED, average_rows=0.5, average_grads=0.5),
+             _plan(1, Source.SERVED, grad=Grad.LAST, mode="stale", average_rows=0.5, average_grads=0.5),
+             _plan(2, Source.PULLED, average_rows=0.5, average_grads=0.5)]
+    ex = KVHaloExchange(Wire(), FixedPlanner(*plans))
+    for step, value in enumerate((1.0, 3.0, 7.0)):
+        ex.begin_step(step, True)
+        out = ex(1, torch.full((OWNED, D), value, requires_grad=True))
+        (out * (step + 1)).sum().backward()  # the halo rows' gradient: step + 1
+    assert published == [1.0, 4.5] and pushed == [1.0, 2.25]

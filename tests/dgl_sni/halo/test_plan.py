@@ -157,3 +157,56 @@ def test_settings_that_cannot_combine_are_refused():
         _planner(sum_stale=True)
     with pytest.raises(ValueError, match="summed halo rows on sync steps come with summed halo rows"):
         _planner(sync_sums="inputs")
+
+
+@pytest.mark.parametrize("truth, rows, grads", [("rows", {1, 2}, set()), ("grads", set(), {1, 2}),
+                                                ("both@2", {2}, {2})])
+def test_stale_truth_takes_the_owners_rows_and_gradients_where_asked(agent, truth, rows, grads):
+    """``--stale-truth`` (a measurement): a stale step's chosen layers take the rows their owners
+    have now (pulled, neither observed nor kept) and push and receive the true gradients."""
+    planner, _ = _planner(agent, _stale_cfg(stale_truth=truth, sync_halo="inputs"), bits=8, sum_stale=True,
+                          sync_sums="inputs")
+    for step in range(2):
+        plan = planner.plan(step, training=True)
+        assert all(lp.source is Source.PULLED for lp in plan.layers.values())
+        for layer in (1, 2):
+            resolved = planner.fresh(layer, np.zeros((HALO.size, DIMS[layer - 1]), np.float32), None)
+            planner.keep_sum(layer, resolved, None, torch.zeros(5, DIMS[layer - 1]))
+    plan = planner.plan(2, training=True)
+    assert plan.mode == "stale"
+    for layer, lp in plan.layers.items():
+        assert (lp.source is Source.TRUE) == (layer in rows)
+        assert lp.source is (Source.TRUE if layer in rows else Source.KEPT_SUM) and lp.form is Form.SUM
+        assert lp.grad is (Grad.PUSH if layer in grads else Grad.LAST)
+        assert not (lp.keep_grad or lp.keep_sum)  # what the truth brought is kept by nothing
+
+
+def test_measuring_staleness_also_measures_the_gradients_a_stale_step_does_not_send(agent):
+    planner, counters = _planner(agent, _stale_cfg(measure_staleness=True, stale_halo="rows", sync_halo="rows"))
+    for step in range(2):
+        planner.plan(step, training=True)
+    plan = planner.plan(2, training=True)
+    assert all(lp.grad is Grad.LAST and lp.measure_grad for lp in plan.layers.values())
+    counters.snapshot_and_reset()
+    planner.measure_grad(1, torch.zeros(4, 3), torch.tensor([[3.0, 4.0, 0.0]] * 4))
+    got = counters.snapshot_and_reset()
+    assert (got["l1_grad_err_sum"], got["l1_grad_true_sum"], got["l1_grad_n"]) == (20.0, 20.0, 4)
+    assert not planner.plan(2, training=False).layers[1].measure_grad  # evaluation sends nothing back
+
+
+def test_without_prefetch_the_agent_is_asked_only_when_the_rows_are_needed():
+    for prefetch in (True, False):
+        requests, client = [], InlineAgentClient()
+        ask = client.request
+        client.request = lambda table, step, preview=False: (requests.append(step), ask(table, step, preview))
+        try:
+            planner, _ = _planner(client, _stale_cfg(prefetch=prefetch, stale_halo="rows", sync_halo="rows",
+                                                     predictor="gated", sampling_ratio=1.0))
+            for step in range(3):
+                planner.plan(step, training=True)
+                for layer in (1, 2):
+                    if step < 2:
+                        planner.fresh(layer, np.zeros((HALO.size, DIMS[layer - 1]), np.float32), None)
+        finally:
+            client.close()
+        assert (2 in requests) == prefetch  # the stale step's rows asked for at its start

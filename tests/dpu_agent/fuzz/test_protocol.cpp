@@ -242,7 +242,7 @@ void test_add_table_refusals() {
     s = AddSpec(); s.rows = kMaxRows; s.dim = 1024;  // 2^36 cells: refused before the mask is read
     refused(s, "rows x dim exceeds the limit", __LINE__);
     s = AddSpec(); s.kind = kNumKinds;
-    refused(s, "unknown predictor kind 4", __LINE__);
+    refused(s, "unknown predictor kind " + std::to_string(kNumKinds), __LINE__);
     s = AddSpec(); s.window = 0;
     refused(s, "window 0 outside [1, 4096]", __LINE__);
     s = AddSpec(); s.window = kMaxWindow + 1;
