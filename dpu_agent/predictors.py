@@ -80,17 +80,16 @@ class GatedAdapter(PredictorAdapter):
         return self.core.serve(slots, step)  # read-only: a preview is the same call
 
 
-class WindowTrendAdapter(PredictorAdapter):
+class WindowTrendAdapter(TrendAdapter):
     """``window-trend``: the paper's Algorithm 1 over the synced rows alone: each served row is
     ``0.3 * last + 0.7 * mean(window)`` plus the decayed, recency-weighted mean slope of the
     window times the horizon (:meth:`TrendPredictor.predict_window`; read-only, no self-feeding)."""
 
-    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
-        self.core = TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
-        self.lam = lam
+    self_feeding = False
 
-    def observe(self, slots, step, rows):
-        self.core.step(slots, step, rows)
+    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
+        super().__init__(num_rows, dim, window, beta, lam)
+        self.lam = lam
 
     def serve(self, slots, step, preview):
         return self.core.predict_window(slots, step, lam_pred=self.lam), np.ones(slots.size, dtype=np.float32)

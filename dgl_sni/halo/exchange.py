@@ -236,8 +236,10 @@ class KVHaloExchange:
         lp = self.plan.layers[layer]
         if lp.average_grads:
             grad_halo = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
-        if lp.grad in (Grad.PUSH, Grad.DEFERRED) or lp.measure_grad:
+        if lp.grad in (Grad.PUSH, Grad.DEFERRED):
             self.wire.push(layer, grad_halo)
+        elif lp.measure_grad:  # the step trains without them: sent to be measured only
+            self.wire.push(layer, grad_halo, measure=True)
 
     def received_grad(self, layer: int) -> torch.Tensor:
         """The gradient for the owned rows: what the others pushed (after :meth:`send_grad`),

@@ -207,8 +207,9 @@ class HaloWire:
         return pulled.numpy()
 
     # ------------------------------------------------------------------ gradients backward
-    def push(self, layer: int, grad_halo: torch.Tensor) -> None:
-        """Send halo gradients to their owners' shards of this step's set (not flushed)."""
+    def push(self, layer: int, grad_halo: torch.Tensor, measure: bool = False) -> None:
+        """Send halo gradients to their owners' shards of this step's set (not flushed);
+        ``measure``: sent only to be measured against (counted as ``measure_bytes``)."""
         if not self.num_halo:
             return
         grad_halo = grad_halo.contiguous()
@@ -216,6 +217,9 @@ class HaloWire:
             grad_halo = encode(grad_halo, self.bits, self._coder(layer, 1))
         with self.counters.timing("comm_s"):
             self.halo_set.push(self.grad[layer].kvstore_key, grad_halo)
+        if measure:
+            self.counters.add("measure_bytes", grad_halo.numel() * grad_halo.element_size())
+            return
         self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
         self.counters.add("pushed_rows", self.num_halo)
 

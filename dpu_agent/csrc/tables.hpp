@@ -130,7 +130,7 @@ public:
         if (st == pred::kOk) for (int64_t r = 0; r < n; ++r) w[r] = 1.0f;
         return st;
     }
-private:
+protected:
     CoreBuffers buf_;
     pred::TrendPredictor c_;
     int64_t dim_;
@@ -158,25 +158,19 @@ private:
     pred::GatedPredictor c_;
 };
 
-// The paper's Algorithm 1 over the synced rows: read-only windowed trend (predict_window).
-class WindowCore : public Core {
+// The paper's Algorithm 1 over the synced rows: the trend core fed the syncs only, served by
+// its read-only windowed trend (predict_window), never self-feeding.
+class WindowCore : public TrendCore {
 public:
     WindowCore(int64_t n, int64_t dim, int64_t window, double beta, double lam)
-        : buf_(n, pred::TrendPredictor::stride(dim, window)),
-          c_(n, dim, window, beta, lam, 1e-8, buf_.data, buf_.meta), dim_(dim), lam_(lam) {}
-    int observe(const int64_t* s, int64_t n, double t, const float* rows, int64_t* bad) override {
-        std::vector<float> out(static_cast<size_t>(n) * static_cast<size_t>(dim_), 0.0f);
-        return c_.step(s, n, t, rows, nullptr, out.data(), bad);
-    }
+        : TrendCore(n, dim, window, beta, lam), lam_(lam) {}
+    bool self_feeding() const override { return false; }
     int serve(const int64_t* s, int64_t n, double t, bool, float* out, float* w, int64_t* bad) override {
         const int st = c_.predict_window(s, n, t, 0.3, 5.0, lam_, out, bad);
         if (st == pred::kOk) for (int64_t r = 0; r < n; ++r) w[r] = 1.0f;
         return st;
     }
 private:
-    CoreBuffers buf_;
-    pred::TrendPredictor c_;
-    int64_t dim_;
     double lam_;
 };
 

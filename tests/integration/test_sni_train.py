@@ -68,13 +68,15 @@ def test_stale_epochs_pull_nothing_and_serve_every_halo_row(runs):
 @needs_netns
 def test_stale_epochs_move_nothing_by_default_and_push_gradients_when_asked(runs):
     """By default a stale epoch serves the cache (never a prediction) and sums no halo row: the
-    sync epochs sum their fresh rows and update the sums of the cache's rows, which change only
-    there (2 hidden layers, every worker its own halo); it pushes no halo gradient;
+    sync epochs sum their fresh rows (the owners' averages over steps) and update the sums of the
+    cache's rows, which change only there (2 hidden layers, every worker its own halo); it pushes
+    no halo gradient (it adds them to their average, pushed at the next sync);
     ``--stale-grad exchange`` pushes them."""
     (metrics, _), (epochs, halo) = runs["defaults"], _epochs(runs, "defaults")
     # --sync-halo auto: this graph's partitions have few halo rows beside the owned rows they reach
     assert {k: metrics["in_effect"][k] for k in ("quantize", "smooth", "stale_halo", "sync_halo")} == \
-        dict(quantize=8, smooth=0.75, stale_halo="summed", sync_halo="rows")
+        dict(quantize=8, smooth=0.0, stale_halo="summed", sync_halo="rows")
+    assert (metrics["config"]["row_average"], metrics["config"]["grad_average"]) == (0.9, 0.9)
     assert (metrics["config"]["predictor"], metrics["config"]["stale_grad"]) == ("cache", "last")
     assert all(e.get("predicted_rows", 0) == 0 for e in epochs)
     assert [e.get("summed_rows", 0) for e in epochs] == [2 * halo] * 3 + [0] * 3 + [2 * halo] + [0] * 3
