@@ -215,7 +215,11 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
         (8, 5, "cache", 0.0, 8, "last", "summed", "auto", 0.9, 0.9)
     # where a preset's value cannot apply, the setting falls back (and the metrics show it)
     gat = parse("--preset", "fast", "--model", "gat")
-    assert (gat.stale_halo, gat.sync_halo, gat.row_average) == ("rows", "rows", 0.9)  # whole rows, averaged
+    assert (gat.preset, gat.sync_interval, gat.quantize, gat.row_average) == ("fast", 1, 0, 0)  # as exact
+    assert parse("--preset", "fast", "--model", "gat", "--sync-interval", "2").stale_halo == "rows"
+    sage = parse("--preset", "fast", "--model", "sage")  # averaging did not train SAGE
+    assert (sage.stale_halo, sage.sync_interval, sage.smooth, sage.row_average, sage.grad_average) == \
+        ("summed", 2, 0.75, 0, 0)
     tier = parse("--preset", "fast", "--storage-tier", "/t")  # rows in files: not averaged over steps
     assert (tier.quantize, tier.stale_halo, tier.sync_interval, tier.smooth, tier.row_average) == (0, "rows", 2, 0.75, 0)
     pipe = parse("--preset", "fast", "--sync-policy", "pipeline")
