@@ -202,6 +202,13 @@ def plot(report: dict, path: str) -> None:
             labels = [r["name"] for r in runs]
             axes[1].barh(labels, [r["epoch_s"] * 1e3 for r in runs])
             axes[1].set_xlabel("mean epoch time, ms (1 Gbit/s)")
+        elif name == "table3":  # no staleness measured: the accuracies per sampling rate
+            labels = [r["name"] for r in runs]
+            axes[1].barh(labels, [r["best_val_acc"] for r in runs], label="best validation")
+            axes[1].scatter([r["final_test_acc"] for r in runs], labels, c="k", zorder=3, label="final test")
+            axes[1].set_xlim(left=0.6)
+            axes[1].set_xlabel("accuracy")
+            axes[1].legend(fontsize=7)
         else:
             for r in runs:
                 for layer, pts in r["row_error"].items():

@@ -48,7 +48,8 @@ PRESETS = {
     "fast": Preset(dict(sync_interval=8, quantize=8, row_average=0.9, grad_average=0.9, smooth=0.0),
                    "halo rows and gradients exchanged every 8th epoch after a warm-up of 5, 8-bit on the wire, "
                    "each averaged over the steps before (rows by their owners, gradients by their senders); "
-                   "stale epochs take the last ones (rows as their sum, for GCN and SAGE) and send nothing",
+                   "stale epochs take the last ones (rows as their sum) and send nothing; SAGE syncs every 2nd "
+                   "epoch without averaging, GAT trains as at exact",
                    unaveraged=dict(sync_interval=2, smooth=0.75, row_average=0.0, grad_average=0.0)),
 }
 PRESET_NAMES = tuple(PRESETS)
