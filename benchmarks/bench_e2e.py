@@ -31,6 +31,8 @@ reads several such sweeps' seeds as one sweep (each seed still judged within its
     python benchmarks/bench_e2e.py --preset quick
     python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit
     python benchmarks/bench_e2e.py --pool seeds0-4.json,seeds5-14.json
+    python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit \
+        --model-file examples/gcn_layernorm.py --configs layernorm.json   # a model of DGL layers
 """
 from __future__ import annotations
 
@@ -82,6 +84,12 @@ PRESETS = {
                  workers=4, epochs=150),
 }
 MODEL = ["--model", "gcn", "--layers", 3, "--hidden", 16, "--dropout", 0.5, "--eval-every", 1]
+
+
+def model_args(model_file: str | None) -> list:
+    """The model flags of every run: the built-in GCN, or ``--model-file FILE.py:build`` (a model
+    of DGL layers, docs/models.md) with the same layers, width and dropout."""
+    return MODEL if not model_file else ["--model-file", os.path.abspath(model_file)] + MODEL[2:]
 
 
 def _median(values):
@@ -267,15 +275,16 @@ def run_order(n: int, group: int) -> list:
     return [(group + i) % n for i in range(n)]
 
 
-def run(preset: str, graphs, links, epochs, configs, workers, seeds=None) -> dict:
-    report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={})
+def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None) -> dict:
+    report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={},
+                  model_file=model_file)
     for graph in graphs:
         if graph in ("cora", "citeseer") and not os.path.exists(GRAPHS[graph][1]):
             print(f"{graph}: {GRAPHS[graph][1]} not present, skipped", flush=True)
             continue
         for link in links:
             out_dir = os.path.join(RESULTS, "e2e_runs", f"{graph}-{link}-w{workers}")
-            base_args = MODEL + (["--bandwidth", link] if link != "unshaped" else [])
+            base_args = model_args(model_file) + (["--bandwidth", link] if link != "unshaped" else [])
             groups = [None] if seeds is None else seeds
             print(f"{graph} / {link}: {len(configs) * len(groups)} runs of {epochs} epochs", flush=True)
             order = [run_order(len(configs), g) for g in range(len(groups))]
@@ -356,6 +365,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", default=None, help="comma-separated seeds: every configuration once per "
                                                           "seed, judged against that seed's interval 1")
     parser.add_argument("--out", default=None, help="result JSON (default benchmarks/results/e2e-PRESET.json)")
+    parser.add_argument("--model-file", default=None, metavar="FILE.py:build",
+                        help="train a model of DGL layers instead of the built-in GCN (examples/)")
     parser.add_argument("--pool", default=None, metavar="FILES",
                         help="comma-separated result files of --seeds sweeps: train nothing, print and write "
                              "their seeds' figures as one sweep (default out benchmarks/results/e2e-pooled.json)")
@@ -367,7 +378,9 @@ def main(argv=None) -> int:
     unknown = [g for g in graphs if g not in GRAPHS]
     if unknown:
         parser.error(f"unknown graph(s) {', '.join(unknown)}; choose from {', '.join(GRAPHS)}")
-    configs = CONFIGS
+    # a model file: interval 1, its null and the fast preset (the built-in GCN's other rows compare
+    # settings of its summed path, which DGL's layers do not take)
+    configs = CONFIGS if not ns.model_file else CONFIGS[:3]
     if ns.configs:
         with open(ns.configs) as fh:
             configs = json.load(fh)
@@ -379,7 +392,7 @@ def main(argv=None) -> int:
                          "not pipelined or quantized)")
     report = run(ns.preset, graphs, ns.links.split(",") if ns.links else preset["links"],
                  ns.epochs or preset["epochs"], configs, ns.workers or preset["workers"],
-                 [int(x) for x in ns.seeds.split(",")] if ns.seeds else None)
+                 [int(x) for x in ns.seeds.split(",")] if ns.seeds else None, ns.model_file)
     os.makedirs(RESULTS, exist_ok=True)
     out = ns.out or os.path.join(RESULTS, f"e2e-{ns.preset}.json")
     with open(out, "w") as fh:

@@ -70,8 +70,8 @@ import torch  # noqa: E402
 from dgl_sni.data import synthetic  # noqa: E402
 from dgl_sni.metrics import peak_rss_mb  # noqa: E402
 from dgl_sni.reference import whole_graph_view  # noqa: E402
-from dgl_sni.train import FullGraphTrainer, ModelConfig  # noqa: E402
-from dgl_sni.train import TierTrainer  # noqa: E402
+from dgl_sni.trainers import FullGraphTrainer, ModelConfig  # noqa: E402
+from dgl_sni.trainers import TierTrainer  # noqa: E402
 from benchmarks.tier_baselines import AutogradSpillTrainer, snapshot_trainer  # noqa: E402
 from storage_tier.io import ALIGN, IOEngine  # noqa: E402
 from storage_tier.subparts import rowspace_from_graph  # noqa: E402

@@ -109,7 +109,7 @@ import dgl_sni, torch
 from dgl_sni.data import synthetic
 from dgl_sni.metrics import peak_rss_mb
 from dgl_sni.reference import whole_graph_view
-from dgl_sni.train import FullGraphTrainer, ModelConfig
+from dgl_sni.trainers import FullGraphTrainer, ModelConfig
 from benchmarks.tier_baselines import saved_tensor_bytes
 n, deg, feat, hidden, layers = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 d = synthetic(num_nodes=n, avg_degree=deg, num_classes=8, feat_dim=feat, seed=0)
@@ -200,8 +200,8 @@ def main():
 
     from dgl_sni.data import GraphData
     from dgl_sni.metrics import peak_rss_mb
-    from dgl_sni.train import ModelConfig
-    from dgl_sni.train import TierTrainer
+    from dgl_sni.trainers import ModelConfig
+    from dgl_sni.trainers import TierTrainer
     from storage_tier.subparts import rowspace_from_graph
 
     if args.threads:

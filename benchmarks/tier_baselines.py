@@ -36,7 +36,7 @@ intermediates are recomputed, outputs bypass to storage, same cache and budget.
 Its bytes are the tier's own counters.
 
 :func:`saved_tensor_bytes` counts what plain in-memory training
-(:class:`~dgl_sni.train.FullGraphTrainer`) keeps for backward (no spilling): the
+(:class:`~dgl_sni.trainers.FullGraphTrainer`) keeps for backward (no spilling): the
 in-memory footprint estimate of the scale demonstration.
 """
 from __future__ import annotations
@@ -49,7 +49,7 @@ import torch.nn.functional as F
 
 from dgl_sni.metrics import peak_rss_mb
 from dgl_sni.tier_models import TierModel, tier_model
-from dgl_sni.train import TierTrainer
+from dgl_sni.trainers import TierTrainer
 from storage_tier.io import IOEngine
 from storage_tier.subparts import RowSpace, SubpartitionPlan, rowspace_from_view
 

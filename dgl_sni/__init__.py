@@ -14,6 +14,16 @@ _patches.apply()
 __version__ = "0.1.0"
 
 
+def train(build_model=None, config=None):
+    """Train full-graph on the emulated cluster, as ``dgl-sni train`` does, and return the
+    metrics. ``build_model``: ``build(in_feats, num_classes, cfg) -> nn.Module``, a model of
+    DGL layers with ``forward(blocks, x)`` (docs/models.md); ``config``: settings by name
+    (``{"dataset": "cora", "workers": 4, "preset": "fast"}``). See :mod:`dgl_sni.run`.
+    """
+    from .run import train as _train
+    return _train(build_model, config)
+
+
 def enable(config=None, graph=None):
     """Switch in-network prediction on for this trainer (after ``dgl.distributed.initialize``).
 

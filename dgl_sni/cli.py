@@ -119,6 +119,16 @@ def _summary_line(s: dict, metrics_path) -> str:
     return "; ".join(parts) or "no epoch ran"
 
 
+def _check_models(runs: list, data) -> None:
+    """Build each model file's model once here, so that a file without ``build``, a ``build``
+    that returns no module, or a model that cannot be trained on partitions is refused before
+    any machine starts (a ``ValueError`` naming the problem)."""
+    from .model_file import build
+    for spec in dict.fromkeys(r.model.model_file for r in runs if r.model.model_file):
+        cfg = next(r.model for r in runs if r.model.model_file == spec)
+        build(cfg, data.feat_dim, data.num_classes)
+
+
 def cmd_train(ns) -> int:
     from .partition import partition
     cfg = from_args(ns)
@@ -131,6 +141,8 @@ def cmd_train(ns) -> int:
     data = _load(cfg.data)
     if cl.workers > data.num_nodes:
         raise DatasetError(f"--workers {cl.workers} exceeds the {data.num_nodes} nodes of the graph")
+    runs = load_sweep(out.sweep, cfg) if out.sweep else [cfg]  # validates the sweep early
+    _check_models(runs, data)
     keep = cl.run_dir is not None
     run_dir = os.path.abspath(cl.run_dir) if keep else tempfile.mkdtemp(prefix="dgl-sni-run-")
     try:
@@ -148,7 +160,6 @@ def cmd_train(ns) -> int:
         worker = python_cmd("dgl_sni.worker", *cfg.to_argv(), "--part-config", part_config,
                             "--ip-config", os.path.join(run_dir, "ip_config.txt"),
                             "--progress", progress_path)
-        runs = load_sweep(out.sweep, cfg) if out.sweep else [cfg]  # validates the sweep early
         if out.sweep:
             out.sweep = os.path.abspath(out.sweep)
         tail = _ProgressTail(progress_path, sum(r.model.epochs for r in runs), out.quiet)

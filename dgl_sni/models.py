@@ -378,7 +378,39 @@ def keyed_dropper(p: float, seed: int, step: int, layer: int) -> KeyedDropper:
 identity_exchange = WholeGraph()  # single process: the destination rows are every source row
 
 
-class FullGraphGNN(nn.Module):
+class TrainableModel(abc.ABC):
+    """What the trainers ask of a model: the built-in :class:`FullGraphGNN` and a user's DGL
+    module wrapped in :class:`~dgl_sni.block_model.BlockModel` (both made by
+    :func:`dgl_sni.model_file.build`).
+
+    * ``model(block, x_src, halo, step, dropout_seed, split)``: the logits of ``block``'s
+      destination rows, the halo rows of each layer's input taken through ``halo``, dropout
+      keyed by ``(dropout_seed, step)`` and global ids;
+    * ``exchange_dims(block, x_src)``: the width of the rows exchanged before each layer that
+      takes halo rows (the exchange's tensors are made for them; ``None``: ``block`` cannot
+      show them, it has no halo rows);
+    * ``exchanged_parameters()``: the parameters the exchanged rows depend on (a schedule
+      that watches weight drift watches these);
+    * ``halo_paths(dims, summed)``: per exchanged layer, how its stale steps take halo rows
+      (``summed`` or ``rows``; the metrics' ``in_effect``);
+    * ``sums_halo_rows``: every layer can take its halo rows summed.
+    """
+
+    @abc.abstractmethod
+    def exchange_dims(self, block: GraphBlock, x_src: torch.Tensor) -> list | None: ...
+
+    @abc.abstractmethod
+    def exchanged_parameters(self): ...
+
+    @abc.abstractmethod
+    def halo_paths(self, dims: list, summed: bool) -> list: ...
+
+    @property
+    @abc.abstractmethod
+    def sums_halo_rows(self) -> bool: ...
+
+
+class FullGraphGNN(nn.Module, TrainableModel):
     """A stack of GCN/SAGE/GAT layers trained on whole graphs (or whole partitions).
 
     ``forward(block, x_src, halo)``: ``x_src`` are the input rows of every source node;
@@ -415,6 +447,15 @@ class FullGraphGNN(nn.Module):
     def hidden_dims(self) -> list:
         """Width of the rows exchanged before layer ``l`` for ``l = 1..L-1``."""
         return [layer.out_dim for layer in self.layers[:-1]]
+
+    def exchange_dims(self, block: GraphBlock, x_src: torch.Tensor) -> list:
+        return self.hidden_dims()
+
+    def exchanged_parameters(self):
+        return (p for layer in self.layers[:-1] for p in layer.parameters())
+
+    def halo_paths(self, dims: list, summed: bool) -> list:
+        return ["summed" if summed and isinstance(layer, HaloLinear) else "rows" for layer in self.layers[1:]]
 
     def forward(self, block: GraphBlock, x_src: torch.Tensor, halo: HaloRows = identity_exchange,
                 step: int = 0, dropout_seed: int = 0, split: "BlockSplit | None" = None) -> torch.Tensor:

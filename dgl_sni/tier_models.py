@@ -75,7 +75,7 @@ class TierModel(nn.Module):
     Owns the layers' parameters and the keyed-dropout context. Implements
     :class:`storage_tier.protocols.TierModel`: the tier engine calls :meth:`layer_forward`,
     :meth:`drop_rows` and :meth:`set_predropped`; the tier trainer
-    (:class:`dgl_sni.train.tier.TierTrainer`) sets the dropout context (:meth:`set_step`).
+    (:class:`dgl_sni.trainers.tier.TierTrainer`) sets the dropout context (:meth:`set_step`).
     """
 
     self_loops = False  # whether blocks need explicit self loops (GCN/GAT-style layers)
@@ -98,6 +98,14 @@ class TierModel(nn.Module):
     def layer_out_dim(self, layer: int) -> int:
         """Width of the rows ``layer`` produces."""
         return int(self.layers[layer].out_dim)
+
+    def exchanged_parameters(self):
+        """The parameters the exchanged rows depend on (every layer's but the last)."""
+        return (p for layer in self.layers[:-1] for p in layer.parameters())
+
+    def halo_paths(self, dims: list, summed: bool) -> list:
+        """How each exchanged layer's stale steps take halo rows: as rows, unit by unit."""
+        return ["rows"] * len(dims)
 
     # ------------------------------------------------------------------ dropout
     def set_step(self, step: int, seed: int) -> None:

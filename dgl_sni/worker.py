@@ -43,10 +43,10 @@ from .metrics import Counters, host_steal_s, merge_epoch, peak_rss_mb, summarize
 from .partition import read_meta
 from .progress import EpochGate, Progress, emit
 from .sni.sampling import halo_edge_counts
-from .models import init_model
-from .train import FullGraphTrainer
+from .model_file import build
+from .trainers import FullGraphTrainer
 from .config.output import resume_point
-from .train.view import build_local_view
+from .trainers.view import build_local_view
 
 
 def _parse(argv):
@@ -129,6 +129,14 @@ class WorkerSession:
                                               tier_root=tier_root, quantize=quantize, pipeline=pipeline)
         return self._tensors[key]
 
+    def exchange_dims(self, m, view, num_classes: int) -> list:
+        """The width of the rows exchanged before each layer that takes halo rows. A model of
+        the user's shows them in a forward pass over a block with halo rows: every trainer
+        that has one runs it, and all take the first such trainer's widths."""
+        mine = build(m, view.x_src.shape[1], num_classes).exchange_dims(view.block, view.x_src)
+        found = [d for d in self.collective.all_gather_object(mine) if d is not None]
+        return found[0] if found else []
+
     def num_classes(self, view) -> int:
         num_classes = self.meta.get("num_classes")
         if num_classes is None:  # partitions not made by dgl-sni: largest label over workers
@@ -138,11 +146,10 @@ class WorkerSession:
     def run(self, cfg, progress=None) -> dict | None:
         """Train ``cfg``; rank 0 writes its metrics and returns the summary."""
         collective, counters, rank = self.collective, self.counters, self.rank
-        view, owned_gids, halo_gids = self.view(cfg.model.model)
+        view, owned_gids, halo_gids = self.view(cfg.model.arch)
         num_classes = self.num_classes(view)
         m = cfg.model
-        dims = init_model(m.seed, m.model, view.x_src.shape[1], m.hidden, num_classes, m.layers,
-                          heads=m.heads).hidden_dims()
+        dims = self.exchange_dims(m, view, num_classes)
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         pipelined = cfg.pipelined and collective.world_size > 1
         tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
@@ -158,7 +165,7 @@ class WorkerSession:
                               bits=tensors.quantize, tier_backed=tensors.tier_root is not None,
                               pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo)
         wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
-                        published=self.rows_peers_read(cfg.model.model),
+                        published=self.rows_peers_read(cfg.model.arch),
                         barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive"))
         exchange = KVHaloExchange(wire, planner)
         if cfg.tier.storage_tier:
@@ -176,9 +183,9 @@ class WorkerSession:
             if cfg.tier.storage_tier:
                 trainer.close()  # removes its run directory
             raise
-        planner.watch_weights(p for layer in trainer.model.layers[:-1] for p in layer.parameters())
+        planner.watch_weights(trainer.model.exchanged_parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
-                     owned_read_by_peers=int(len(self.rows_peers_read(cfg.model.model))),
+                     owned_read_by_peers=int(len(self.rows_peers_read(cfg.model.arch))),
                      local_edges=view.block.num_edges)
         setups = collective.all_gather_object(setup)
         gate = EpochGate(cfg.output.epoch_gate, collective) if cfg.output.epoch_gate else None
@@ -212,6 +219,7 @@ class WorkerSession:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
                           in_effect=dict(quantize=cfg.sni.quantize, smooth=cfg.sni.smooth,
                                          stale_halo="summed" if cfg.stale_sums else "rows",
+                                         halo_paths=trainer.model.halo_paths(dims, cfg.stale_sums),
                                          sync_halo=sync_halo,
                                          allocator=allocator_in_use()))
         return summary
@@ -244,7 +252,7 @@ class WorkerSession:
         return epoch
 
     def _tier_trainer(self, cfg, view, num_classes: int, exchange):
-        """A :class:`~dgl_sni.train.tier.TierTrainer` for this worker's view.
+        """A :class:`~dgl_sni.trainers.tier.TierTrainer` for this worker's view.
 
         P sub-partitions: ``--subparts``, or enough that one sub-partition's working set
         (at most ~8 rows of floats per gathered source row and layer width, see the
@@ -252,7 +260,7 @@ class WorkerSession:
         exchanged rows are the raw activations (no dropout hoisting), so the halo rows
         mean the same to every worker and to the agent.
         """
-        from .train.tier import TierTrainer
+        from .trainers.tier import TierTrainer
         width = max([view.x_src.shape[1], cfg.model.hidden * (cfg.model.heads if cfg.model.model == "gat" else 1)])
         budget = parse_bytes(cfg.tier.device_mem_budget, "--device-mem-budget")
         parts = cfg.tier.subparts or max(1, -(-8 * 4 * width * view.block.num_src // budget))

@@ -18,7 +18,7 @@ patches.apply()  # DGL shims before dgl
 
 import dgl  # noqa: E402
 
-MODELS_WITH_SELF_LOOPS = ("gcn", "gat")
+MODELS_WITH_SELF_LOOPS = ("gcn", "gat", "custom")  # "custom": a model of the user's (dgl_sni.block_model)
 
 
 @dataclass
@@ -29,7 +29,9 @@ class GraphBlock:
     consumed by the model layers, which map ``h_src [num_src, d]`` to ``h_dst [num_dst, d']``.
     ``src_norm``/``dst_norm`` are GCN's ``(deg + 1) ** -1/2`` over *global* degrees;
     ``src_keys`` the dataset's node ids of the source rows and ``edge_keys`` one id per
-    edge derived from its endpoints' ids (they key the keyed dropout masks).
+    edge derived from its endpoints' ids (they key the keyed dropout masks);
+    ``src_degree``/``dst_degree`` the global degrees themselves (what a layer that reads
+    the graph's degrees is shown: :mod:`dgl_sni.block_model`).
     """
 
     graph: dgl.DGLGraph
@@ -39,6 +41,8 @@ class GraphBlock:
     dst_norm: torch.Tensor
     src_keys: torch.Tensor
     edge_keys: torch.Tensor
+    src_degree: torch.Tensor | None = None  # global out-degrees of the source rows (int64, self loop counted)
+    dst_degree: torch.Tensor | None = None  # global in-degrees of the destination rows (likewise)
 
     @property
     def num_edges(self) -> int:
@@ -110,7 +114,10 @@ def build_block(src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int,
     graph = dgl.create_block((torch.from_numpy(src), torch.from_numpy(dst)),
                              num_src_nodes=num_src, num_dst_nodes=num_dst)
     graph.create_formats_()
+    extra = 1 if self_loops else 0
     return GraphBlock(graph=graph, num_src=num_src, num_dst=num_dst,
                       src_norm=degree_norm(src_out_degree, self_loops),
                       dst_norm=degree_norm(dst_in_degree, self_loops),
-                      src_keys=torch.from_numpy(src_keys), edge_keys=torch.from_numpy(edge_keys))
+                      src_keys=torch.from_numpy(src_keys), edge_keys=torch.from_numpy(edge_keys),
+                      src_degree=torch.from_numpy(np.asarray(src_out_degree, dtype=np.int64) + extra),
+                      dst_degree=torch.from_numpy(np.asarray(dst_in_degree, dtype=np.int64) + extra))

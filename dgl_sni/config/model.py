@@ -8,6 +8,7 @@ from .options import option
 
 MODEL_NAMES = ("gcn", "sage", "gat")  # dgl_sni.models
 SUMMABLE_MODELS = ("gcn", "sage")  # layers linear in each halo row (dgl_sni.models.HaloLinear)
+CUSTOM_MODEL = "custom"  # what a run of --model-file is, where settings depend on the model (presets, blocks)
 
 
 @dataclass
@@ -17,10 +18,13 @@ class ModelConfig:
     TITLE: ClassVar[str] = "model and optimiser"
 
     model: str = option("gcn", "GNN architecture", choices=MODEL_NAMES, sweep=True, common=True)
+    model_file: str = option("", "a model of your own: FILE.py:build, where build(in_feats, num_classes, cfg) "
+                                 "returns a torch module with forward(blocks, x) written from DGL's layers "
+                                 "(docs/models.md); replaces --model", sweep=True, common=True)
     layers: int = option(2, "GNN layers", sweep=True, common=True)
     hidden: int = option(16, "hidden width (per head for GAT)", sweep=True, common=True)
-    heads: int = option(4, "GAT heads in hidden layers", sweep=True,
-                        needs=("--model gat", lambda c: c.model == "gat"))
+    heads: int = option(4, "GAT heads in hidden layers (a model file's build reads it as cfg.heads)", sweep=True,
+                        needs=("--model gat or --model-file", lambda c: c.model == "gat" or bool(c.model_file)))
     dropout: float = option(0.5, "dropout probability on each layer's input", sweep=True, common=True)
     lr: float = option(0.01, "Adam learning rate", sweep=True, common=True)
     weight_decay: float = option(5e-4, "Adam weight decay", sweep=True)
@@ -31,6 +35,12 @@ class ModelConfig:
                                  sweep=True)
     epochs: int = option(100, "training epochs", sweep=True, common=True)
     eval_every: int = option(1, "evaluate every N epochs (and after the last)", sweep=True)
+
+    @property
+    def arch(self) -> str:
+        """The model as far as other settings depend on it: ``--model``, or ``custom`` for a
+        model file."""
+        return CUSTOM_MODEL if self.model_file else self.model
 
     @property
     def dropout_seed(self) -> int:

@@ -19,6 +19,8 @@ Where a preset's value cannot apply to a run, the setting falls back, and the me
   runs' accuracy);
 * GAT (not in ``STALE_MODELS``) trains at ``fast`` as at ``exact``: its stale runs, averaged
   or not, did not reach its exact run's accuracy, and its stale epochs were only 1.2x faster;
+* a model of the user's (``--model-file``, ``custom``) takes the unaveraged configuration with
+  rows: its layers are DGL's, which take halo rows as rows (:mod:`dgl_sni.block_model`);
 * the stock-script switch moves a script's rows through DGL as they are: no smoothing, no
   quantization, no summed rows (its halo gradients are the script's own business).
 
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model import SUMMABLE_MODELS
+from .model import CUSTOM_MODEL, SUMMABLE_MODELS
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ AVERAGED_MODELS = ("gcn",)
 # the models for which stale epochs were measured to pay at all: GAT's epoch is bound by its
 # own compute, and its stale runs did not reach the exact run's accuracy, so `fast` trains it
 # as `exact` does
-STALE_MODELS = ("gcn", "sage")
+STALE_MODELS = ("gcn", "sage", CUSTOM_MODEL)
 TRAIN_PRESET = "exact"  # dgl-sni train's
 SWITCH_PRESET = "fast"  # the stock-script switch's (DGL_SNI=1)
 

@@ -80,9 +80,14 @@ class TrainConfig:
         if self.sni.quantize and self.tier.storage_tier:
             raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
                              "served from the owners' files as float32)")
-        if self.sni.stale_halo == "summed" and self.model.model not in SUMMABLE_MODELS:
+        if self.model.model_file and "model" in self.given:
+            raise ValueError("--model and --model-file both name the model: give one")
+        if self.model.model_file and self.tier.storage_tier:
+            raise ValueError("--model-file is not supported with --storage-tier: the tier runs each layer unit by "
+                             "unit through its layer_forward interface, which only the built-in models implement")
+        if self.sni.stale_halo == "summed" and self.model.arch not in SUMMABLE_MODELS:
             raise ValueError(f"--stale-halo summed needs a model linear in its halo rows "
-                             f"({', '.join(SUMMABLE_MODELS)}); {self.model.model} is not (use --stale-halo rows)")
+                             f"({', '.join(SUMMABLE_MODELS)}); {self.model.arch} is not (use --stale-halo rows)")
         if self.sni.sync_halo in ("inputs", "summed") and self.sni_active and not self.stale_sums:
             raise ValueError(f"--sync-halo {self.sni.sync_halo} needs stale epochs that take summed halo rows "
                              "(--stale-halo summed: GCN or SAGE, in memory)")
@@ -134,7 +139,7 @@ class TrainConfig:
             grouped.setdefault(_OWNER[key], {})[key] = value
         parts = {name: replace(part, **grouped.get(name, {})) for name, part in cls().parts().items()
                  if name != "sni"}
-        context = Context(model=parts["model"].model, storage_tier=bool(parts["tier"].storage_tier))
+        context = Context(model=parts["model"].arch, storage_tier=bool(parts["tier"].storage_tier))
         parts["sni"] = SNIConfig.expanded(grouped.get("sni", {}), context)
         return cls(**parts, given=frozenset(values))
 

@@ -38,7 +38,7 @@ class BlockSplit:
     included) and ``halo`` (halo sources), with the reversed halo graph the halo gradients
     are summed over, the destinations' in-degrees and the halo rows' input sums.
 
-    Built once per block by :class:`~dgl_sni.train.full_graph.FullGraphTrainer`; read by
+    Built once per block by :class:`~dgl_sni.trainers.full_graph.FullGraphTrainer`; read by
     the model's layers that take their halo rows apart or summed, and by the exchange's
     :meth:`~dgl_sni.halo.rows.HaloRows.halo_sum`.
     ``x_src``: the block's input rows (owned first); the sum of the halo input rows is

@@ -60,7 +60,7 @@ def test_dropout_stream_keeps_the_weights_and_draws_other_masks():
     same weights, draws different masks, and draws them the same way every time."""
     from dgl_sni.data import synthetic
     from dgl_sni.reference import train_reference
-    from dgl_sni.train import ModelConfig
+    from dgl_sni.trainers import ModelConfig
 
     data = synthetic(num_nodes=600, avg_degree=6, feat_dim=8, seed=1)
 

@@ -10,7 +10,7 @@ import torch
 
 from dgl_sni.data import load_npz
 from dgl_sni.reference import train_reference
-from dgl_sni.train import ModelConfig
+from dgl_sni.trainers import ModelConfig
 
 from tests.helpers import needs_netns, read_metrics, run_cli, train_sweep
 

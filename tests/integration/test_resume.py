@@ -26,9 +26,9 @@ from dgl_sni.config import TrainConfig
 from dgl_sni.config.output import find_checkpoint
 from dgl_sni.data import synthetic
 from dgl_sni.reference import whole_graph_view
-from dgl_sni.train import FullGraphTrainer, ModelConfig
+from dgl_sni.trainers import FullGraphTrainer, ModelConfig
 from dgl_sni.config.output import resume_point
-from dgl_sni.train.base import read_checkpoint
+from dgl_sni.trainers.base import read_checkpoint
 
 EXACT = 1e-6
 EPOCHS, KILL_AFTER = 6, 2
@@ -90,7 +90,7 @@ def test_resumed_run_keeps_its_own_optimiser_settings(graph, tmp_path):
 
 
 def test_tier_trainer_resumes_too(graph, tmp_path):
-    from dgl_sni.train.tier import TierTrainer
+    from dgl_sni.trainers.tier import TierTrainer
     cfg = _cfg(layers=2, hidden=8)
     kw = dict(num_subparts=4, storage_dir=str(tmp_path / "st"), host_cache_budget=3 * 4096)
     ckpt = tmp_path / "ckpt"

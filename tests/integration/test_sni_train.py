@@ -151,7 +151,7 @@ def test_evaluation_of_a_stale_epoch_is_exact_unless_asked(runs, small_graph_npz
     from dgl_sni.config import ModelConfig
     from dgl_sni.data import load_npz
     from dgl_sni.reference import whole_graph_view
-    from dgl_sni.train import FullGraphTrainer
+    from dgl_sni.trainers import FullGraphTrainer
 
     metrics, ckpt = runs[f"eval-{stale_eval}"]
     epochs = metrics["epochs"]

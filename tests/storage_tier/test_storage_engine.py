@@ -14,7 +14,7 @@ from dgl_sni.collective import LocalCollective
 from dgl_sni.data import synthetic
 from dgl_sni.halo.rows import WholeGraph
 from dgl_sni.reference import train_reference, whole_graph_view
-from dgl_sni.train import FullGraphTrainer, LocalView, ModelConfig, TierTrainer
+from dgl_sni.trainers import FullGraphTrainer, LocalView, ModelConfig, TierTrainer
 from benchmarks.tier_baselines import AutogradSpillTrainer
 from storage_tier.block import MODELS_WITH_SELF_LOOPS, build_block
 from storage_tier.io import StorageError
@@ -557,7 +557,7 @@ import dgl_sni
 import numpy as np, torch
 from dgl_sni.data import GraphData
 from dgl_sni.metrics import peak_rss_mb
-from dgl_sni.train import ModelConfig, TierTrainer
+from dgl_sni.trainers import ModelConfig, TierTrainer
 
 def rss_mb():
     for line in open("/proc/self/status"):

@@ -1,7 +1,7 @@
 """The full-graph trainer that runs through the storage tier.
 
 :class:`TierTrainer` gives :class:`~storage_tier.engine.TierEngine` the training step of
-:class:`~dgl_sni.train.full_graph.FullGraphTrainer` (same loss normalisation, same Adam,
+:class:`~dgl_sni.trainers.full_graph.FullGraphTrainer` (same loss normalisation, same Adam,
 same all-reduce of weight gradients), so the two can be compared number for number.
 Created by the worker (``--storage-tier``), the tests and the storage benchmarks.
 """
@@ -28,14 +28,14 @@ from .base import TrainerBase
 class TierTrainer(TrainerBase):
     """Full-graph training of one worker's partition through the storage tier.
 
-    Mirrors :class:`~dgl_sni.train.full_graph.FullGraphTrainer` (``train_epoch``,
+    Mirrors :class:`~dgl_sni.trainers.full_graph.FullGraphTrainer` (``train_epoch``,
     ``evaluate``, ``state``, ``save_checkpoint``; ``model``, ``optimizer``, ``params``,
     ``step``) so the two are interchangeable; owns the model, the optimizer, the
     sub-partition plan, the I/O engine (and its run directory and buffer pool), the host
     cache and the :class:`~storage_tier.engine.TierEngine`.
 
-    Arguments: ``cfg`` (:class:`~dgl_sni.train.base.ModelConfig`); ``view``: a
-    :class:`~dgl_sni.train.base.LocalView` or a :class:`~storage_tier.subparts.RowSpace`
+    Arguments: ``cfg`` (:class:`~dgl_sni.trainers.base.ModelConfig`); ``view``: a
+    :class:`~dgl_sni.trainers.base.LocalView` or a :class:`~storage_tier.subparts.RowSpace`
     (:meth:`from_graph` builds one for a whole graph without a whole-graph DGL block);
     ``num_subparts`` P; ``storage_dir`` (parent of the run directory; default the temp
     dir); ``host_cache_budget`` in bytes; ``collective`` / ``counters`` as for

@@ -19,23 +19,26 @@ from ..collective import LocalCollective
 from ..halo.rows import Form
 from ..halo.sums import BlockSplit
 from ..metrics import Counters
-from ..models import FullGraphGNN, identity_exchange, init_model
+from ..model_file import build
+from ..models import TrainableModel, identity_exchange
 from .base import LocalView, ModelConfig, TrainerBase
 
 
 class FullGraphTrainer(TrainerBase):
-    """Runs full-graph epochs (forward, backward, all-reduce, Adam step, evaluation)."""
+    """Runs full-graph epochs (forward, backward, all-reduce, Adam step, evaluation).
+
+    The model is ``builder``'s (:mod:`dgl_sni.model_file`; default: the one ``cfg`` names),
+    built from ``cfg.seed``."""
 
     def __init__(self, cfg: ModelConfig, view: LocalView, in_dim: int, num_classes: int,
-                 collective=None, exchange=identity_exchange, counters: Counters | None = None):
+                 collective=None, exchange=identity_exchange, counters: Counters | None = None,
+                 builder=None):
         self.cfg, self.view = cfg, view
         self.collective = collective or LocalCollective()
         self.exchange = exchange
         self._split: BlockSplit | None = None  # made at the first pass whose layers take halo rows apart or summed
         self.counters = counters or self.collective.counters
-        self.model: FullGraphGNN = init_model(
-            cfg.seed, cfg.model, in_dim, cfg.hidden, num_classes, cfg.layers,
-            dropout=cfg.dropout, heads=cfg.heads)
+        self.model: TrainableModel = build(cfg, in_dim, num_classes, builder)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=cfg.lr,
                                           weight_decay=cfg.weight_decay)
         self.params = [p for p in self.model.parameters()]
@@ -50,8 +53,8 @@ class FullGraphTrainer(TrainerBase):
     def _halo_split(self) -> BlockSplit | None:
         """The block split at its owned rows, made at the first pass where a layer takes its
         halo rows apart or summed (``None`` while every layer takes whole rows)."""
-        if self._split is None and any(self.exchange.form(layer) is not Form.ROWS
-                                       for layer in range(self.cfg.layers)):
+        if self._split is None and self.model.sums_halo_rows and any(
+                self.exchange.form(layer) is not Form.ROWS for layer in range(self.cfg.layers)):
             self._split = BlockSplit(self.view.block, self.view.x_src)
         return self._split
 

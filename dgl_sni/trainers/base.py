@@ -1,8 +1,8 @@
 """What every full-graph trainer shares: settings, the worker's view, the base class,
 checkpoints (``--checkpoint-dir``) and resuming from them (``--resume``).
 
-:class:`TrainerBase` is the base of :class:`~dgl_sni.train.full_graph.FullGraphTrainer`
-(in memory) and :class:`~dgl_sni.train.tier.TierTrainer` (through the storage tier).
+:class:`TrainerBase` is the base of :class:`~dgl_sni.trainers.full_graph.FullGraphTrainer`
+(in memory) and :class:`~dgl_sni.trainers.tier.TierTrainer` (through the storage tier).
 """
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ from dataclasses import dataclass
 import torch
 
 from storage_tier.block import GraphBlock
-from ..config import ModelConfig  # noqa: F401  (re-exported by dgl_sni.train)
+from ..config import ModelConfig  # noqa: F401  (re-exported by dgl_sni.trainers)
 
 # what a checkpoint holds: 1 = epoch, model, optimizer; 2 adds the trainer's step counters
 # and the model settings (a format-1 file is still loaded: one step per epoch)
 CHECKPOINT_FORMAT = 2
 _COUNT_SPLIT = 1 << 12  # a correct count is all-reduced as count // this and count % this (float32 sums stay exact)
-_MODEL_KEYS = ("model", "layers", "hidden", "heads", "dropout", "lr", "weight_decay", "seed")
+_MODEL_KEYS = ("model", "model_file", "layers", "hidden", "heads", "dropout", "lr", "weight_decay", "seed")
 
 
 def read_checkpoint(path: str) -> dict:
@@ -73,7 +73,7 @@ class TrainerBase:
     """What every full-graph trainer shares: gradient all-reduce, the exchange's step
     announcements, accuracy bookkeeping and checkpoints.
 
-    Subclasses (:class:`FullGraphTrainer`, :class:`~dgl_sni.train.tier.TierTrainer`) set
+    Subclasses (:class:`FullGraphTrainer`, :class:`~dgl_sni.trainers.tier.TierTrainer`) set
     ``cfg`` (their :class:`ModelConfig`), ``model``, ``optimizer``, ``params``, ``collective``,
     ``exchange``, ``global_counts``, ``step`` and ``epoch_step``.
     """
