@@ -1,5 +1,6 @@
 # Two entry points for a fresh machine (see README):
-#   make demo  -- install into .venv, then train on the embedded synthetic graph (2 emulated machines)
+#   make demo  -- install into .venv, then train on the embedded synthetic graph (2 emulated machines at
+#                 1 Gbit/s), exact and with the fast preset, and print and plot the two (demo/)
 #   make test  -- install into .venv, then run the test suite
 PYTHON ?= python3
 VENV ?= .venv
@@ -35,8 +36,11 @@ $(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(AGENT_S
 install: $(STAMP) runtime-deps
 
 demo: install
+	mkdir -p demo
+	printf '[{"preset": "exact"}, {"preset": "fast"}]\n' > demo/sweep.json
 	$(VENV)/bin/dgl-sni train --dataset synthetic --workers 2 --model gcn --layers 3 --hidden 16 \
-		--epochs 100 --metrics demo-metrics.json
+		--epochs 100 --bandwidth 1gbit --sweep demo/sweep.json --metrics demo/runs
+	$(VENV)/bin/dgl-sni report demo/runs --labels exact,fast --out demo
 
 test: install agent-test-deps
 	$(PY) -m pytest -q

@@ -6,6 +6,7 @@ Subcommands:
 * ``train`` -- partition, start an emulated cluster, train, write metrics;
 * ``launch`` -- run any DistDGL trainer script on the emulated cluster;
 * ``cleanup`` -- remove namespaces left behind by killed runs;
+* ``report`` -- plots and a summary of metrics files (:mod:`dgl_sni.report`);
 * ``agent`` -- standalone agents (``start``/``status``/``stop``) and ``deploy`` to BlueField DPUs
   (:mod:`dgl_sni.agent_cli`).
 """
@@ -244,6 +245,19 @@ def cmd_cleanup(ns) -> int:
     return 0
 
 
+# ----------------------------------------------------------------------------- report
+
+def cmd_report(ns) -> int:
+    from .report import draw, format_summary, load_runs, summarize
+    runs = load_runs(ns.runs, ns.labels.split(",") if ns.labels else None)
+    print(format_summary(summarize(runs)))
+    if ns.out:
+        written = draw(runs, ns.out)
+        print(f"plots: {', '.join(sorted({os.path.splitext(os.path.basename(p))[0] for p in written}))} "
+              f"(PNG and SVG) in {ns.out}")
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -283,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("command", nargs=argparse.REMAINDER,
                    help="-- python3 SCRIPT.py ARGS ({ip_config} and {part_config} are filled in)")
     p.set_defaults(func=cmd_launch)
+
+    p = sub.add_parser("report", help="plots and a summary of metrics files, several runs overlaid")
+    p.add_argument("runs", nargs="+", help="metrics files (dgl-sni train --metrics) or --sweep folders; "
+                                           "the first is the reference the others' speed-ups are against")
+    p.add_argument("--out", default=None, help="folder for the plots (none: only the summary)")
+    p.add_argument("--labels", default=None, help="comma-separated names of the runs, in order")
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("cleanup", help="remove namespaces left by killed runs")
     p.set_defaults(func=cmd_cleanup)
