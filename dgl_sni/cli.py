@@ -7,6 +7,7 @@ Subcommands:
 * ``launch`` -- run any DistDGL trainer script on the emulated cluster;
 * ``cleanup`` -- remove namespaces left behind by killed runs;
 * ``report`` -- plots and a summary of metrics files (:mod:`dgl_sni.report`);
+* ``estimate`` -- the epoch time of a cluster from costs measured here (:mod:`dgl_sni.estimate`);
 * ``agent`` -- standalone agents (``start``/``status``/``stop``) and ``deploy`` to BlueField DPUs
   (:mod:`dgl_sni.agent_cli`).
 """
@@ -258,6 +259,41 @@ def cmd_report(ns) -> int:
     return 0
 
 
+def cmd_estimate(ns) -> int:
+    from . import estimate as est
+    if not ns.fit and not ns.costs:
+        return _fail("estimate needs --fit METRICS... (costs measured here) or --costs FILE (a fit saved before)")
+    if ns.fit:
+        runs = est.load(ns.fit, ns.cores)
+        costs = est.fit(runs)
+        print(est.format_check(est.check(costs, runs)))
+        print("each graph with the costs fitted on the others only:")
+        print(est.format_check(est.holdout(runs)))
+        if ns.save:
+            est.save(costs, ns.save, dict(fitted_on=ns.fit, runs=len(runs)))
+            print(f"costs in {ns.save}")
+    else:
+        costs = est.read(ns.costs)
+    if ns.workers is None:
+        return 0
+    missing = [f"--{k.replace('_', '-')}" for k in ("nodes", "avg_degree", "feat_dim", "classes")
+               if getattr(ns, k) is None]
+    if missing:
+        return _fail(f"a projection needs {', '.join(missing)}")
+    owned = ns.nodes / ns.workers
+    cl = est.Cluster(workers=ns.workers, rate_bits=est._rate(ns.bandwidth), owned=owned, halo=ns.halo_ratio * owned,
+                     edges=owned * (ns.avg_degree + 1), feat_dim=ns.feat_dim, hidden=ns.hidden, classes=ns.classes,
+                     layers=ns.layers, bits=ns.bits, interval=ns.interval, cores=None)
+    out = est.project(costs, cl)
+    print(f"{ns.workers} workers, {ns.bandwidth or 'unshaped'} links, {ns.nodes} nodes of degree {ns.avg_degree}, "
+          f"halo ratio {ns.halo_ratio}: sync step {out['sync_s'] * 1000:.0f} ms (compute {out['compute_s'] * 1000:.0f}, "
+          f"exchange {out['comm_s'] * 1000:.0f}), stale step {out['stale_s'] * 1000:.0f} ms; epoch at interval "
+          f"{ns.interval}, {ns.bits}-bit: {out['epoch_s'] * 1000:.0f} ms, {out['speedup']:.2f}x interval 1's "
+          f"{out['exact_epoch_s'] * 1000:.0f} ms")
+    print("assumptions: " + "; ".join(est.ASSUMPTIONS))
+    return 0
+
+
 # ----------------------------------------------------------------------------- parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,6 +340,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="folder for the plots (none: only the summary)")
     p.add_argument("--labels", default=None, help="comma-separated names of the runs, in order")
     p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("estimate", help="the epoch time of a cluster, from costs measured here")
+    p.add_argument("--fit", nargs="+", metavar="METRICS", help="fit the costs to these metrics files or folders "
+                   "and print the model's error on each configuration")
+    p.add_argument("--save", default=None, help="write the fitted costs here (JSON)")
+    p.add_argument("--costs", default=None, help="costs saved by --fit --save")
+    p.add_argument("--cores", type=int, default=None, help="cores the measured runs' workers shared (default: this host's)")
+    p.add_argument("--workers", type=int, default=None, help="project: machines (one worker each)")
+    p.add_argument("--bandwidth", default=None, help="project: each machine's link, e.g. 10gbit (none: unshaped)")
+    p.add_argument("--nodes", type=int, default=None)
+    p.add_argument("--avg-degree", type=float, default=None)
+    p.add_argument("--feat-dim", type=int, default=None)
+    p.add_argument("--classes", type=int, default=None)
+    p.add_argument("--layers", type=int, default=3)
+    p.add_argument("--hidden", type=int, default=16)
+    p.add_argument("--halo-ratio", type=float, default=2.5,
+                   help="halo rows per owned row (an assumption: 2.5 was measured on the 200k-node graph of degree 20 at 4 parts)")
+    p.add_argument("--interval", type=int, default=1, help="sync interval")
+    p.add_argument("--bits", type=int, default=32, help="bits of the exchanged rows (32, 8, 4)")
+    p.set_defaults(func=cmd_estimate)
 
     p = sub.add_parser("cleanup", help="remove namespaces left by killed runs")
     p.set_defaults(func=cmd_cleanup)

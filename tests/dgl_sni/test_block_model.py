@@ -26,7 +26,7 @@ from storage_tier.block import build_block
 
 from tests.helpers import ROOT
 
-EXAMPLES = {name: os.path.join(ROOT, "examples", f"{name}.py") for name in ("gcn_layernorm", "gin", "gat")}
+EXAMPLES = {name: os.path.join(ROOT, "examples", f"{name}.py") for name in ("gcn_layernorm", "gin", "gat", "gcn")}
 
 
 @pytest.fixture(scope="module")

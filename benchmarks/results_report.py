@@ -1,0 +1,521 @@
+"""The results report: one command trains the suite and writes ``docs/RESULTS.md`` with its plots.
+
+    python benchmarks/results_report.py            # the quick suite (about 20 minutes here)
+    python benchmarks/results_report.py --full     # the full suite (hours: the acceptance graphs, 3 seeds)
+    python benchmarks/results_report.py --no-run   # the report again from the suite's JSON
+
+Every figure of the report comes from the JSON the suite writes (``benchmarks/results/report-
+{quick,full}.json``); nothing is typed by hand. The suite:
+
+* **comparison**: every method below on each graph and link, 4 workers, judged as
+  ``bench_e2e.py`` judges (time to interval 1's best validation accuracy minus 0.01, final
+  test accuracy): interval 1 and its null, ``fast``, cache-only stale epochs without averaging
+  or smoothing (SANCUS-like), the ``linear-trend`` predictor (the SNI paper's Algorithm 2), the
+  pipelined policy (PipeGCN-like), quantized exact epochs (8 and 4 bits, AdaQP's compression
+  alone); plus one process running DGL's ``GraphConv`` full-graph (``examples/gcn.py``);
+* **scaling**: 2, 4 and 8 emulated machines on one graph, exact and ``fast``: epoch time and
+  its breakdown (the machines share this host's cores: said in the figure);
+* **tier and prediction together**: ``fast`` with the storage tier and a host cache below the
+  activations' size, beside the in-memory run;
+* **cost model**: ``dgl-sni estimate`` fitted to every modelled run of the suite, its error per
+  configuration, and its projection of the SNI paper's setting (16 machines at 10 Gbit/s);
+* **clean-up check**: no namespace, shared-memory segment or run folder left behind.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import bench_e2e  # noqa: E402
+from benchmarks._sweep import run_sweep  # noqa: E402
+
+RESULTS = os.path.join(ROOT, "benchmarks", "results")
+DOC = os.path.join(ROOT, "docs", "RESULTS.md")
+FIGURES = os.path.join(ROOT, "docs", "figures", "results")
+README = os.path.join(ROOT, "README.md")
+HEADLINE = ("<!-- results headline: written by benchmarks/results_report.py -->",
+            "<!-- end of results headline -->")
+
+# the methods of the comparison: bench_e2e configurations (interval 1 first: the others are judged against it)
+METHODS = [
+    dict(name="interval1", preset="exact"),
+    dict(name="int1-masks", preset="exact", dropout_stream=1),
+    dict(name="fast", preset="fast"),
+    dict(name="cache-no-averaging", preset="fast", row_average=0.0, grad_average=0.0, smooth=0.0),
+    dict(name="linear-trend", preset="fast", predictor="linear-trend", row_average=0.0, grad_average=0.0,
+         smooth=0.0, stale_halo="rows"),
+    dict(name="pipelined", preset="fast", sync_policy="pipeline"),
+    dict(name="exact-8bit", preset="exact", quantize=8),
+    dict(name="exact-4bit", preset="exact", quantize=4),
+]
+WHAT = {
+    "interval1": "exact training: every epoch exchanges float32 halo rows",
+    "int1-masks": "exact training again with other dropout masks: what two exact runs differ by (the null)",
+    "fast": "`--preset fast`: interval 8, rows and gradients averaged over steps, 8-bit",
+    "cache-no-averaging": "SANCUS-like: stale epochs on the cached rows of the last sync, no averaging or smoothing",
+    "linear-trend": "the SNI paper's trend predictor serving stale rows (interval 8)",
+    "pipelined": "PipeGCN-like: every epoch uses the previous epoch's halo rows and gradients",
+    "exact-8bit": "AdaQP's compression alone: interval 1 with 8-bit rows and gradients",
+    "exact-4bit": "interval 1 with 4-bit rows and gradients",
+    "single-process": "one process, DGL's `GraphConv` over the whole graph (examples/gcn.py): the floor on one machine",
+}
+SUITES = {
+    "quick": dict(graphs=["syn20k", "cora", "citeseer"], links=["1gbit"], epochs=60, seeds=[0],
+                  scaling_graph="syn20k", scaling_epochs=40, tier_graph="syn20k", dgl_example_epochs=300),
+    "full": dict(graphs=["syn200k", "syn500k", "cora", "citeseer"], links=["1gbit", "unshaped"], epochs=150,
+                 seeds=[0, 1, 2], scaling_graph="syn200k", scaling_epochs=30, tier_graph="syn200k",
+                 dgl_example_epochs=300),
+}
+WORKERS = 4
+HALO_RATIO = 2.5  # the projection's halo rows per owned row: as measured on the 200k graph at 4 parts
+PAPER_GRAPHS = {  # sizes as the datasets' authors publish them
+    "Reddit": dict(nodes=232_965, avg_degree=492.0, feat_dim=602, classes=41),
+    "ogbn-products": dict(nodes=2_449_029, avg_degree=50.5, feat_dim=100, classes=47),
+}
+
+
+def _graph_args(graph):
+    return bench_e2e.GRAPHS[graph]
+
+
+def _present(graph) -> bool:
+    args = _graph_args(graph)
+    return graph not in ("cora", "citeseer") or os.path.exists(args[1])
+
+
+def comparison(suite: dict) -> dict:
+    graphs = [g for g in suite["graphs"] if _present(g)]
+    report = bench_e2e.run("report", graphs, suite["links"], suite["epochs"], METHODS, WORKERS, suite["seeds"])
+    floors = {}
+    for graph in graphs:  # one process, DGL's own layers
+        out_dir = os.path.join(RESULTS, "report_runs", f"{graph}-single")
+        metrics = run_sweep(_graph_args(graph), 1, [dict(preset="exact", epochs=suite["epochs"], seed=0)], out_dir,
+                            base_args=bench_e2e.model_args(os.path.join(ROOT, "examples", "gcn.py")))
+        floors[graph] = bench_e2e.summarize_run(metrics[0], "single-process")
+    report["single_process"] = floors
+    report["skipped"] = [g for g in suite["graphs"] if g not in graphs]
+    return report
+
+
+def scaling(suite: dict) -> dict:
+    graph, rows = suite["scaling_graph"], []
+    for workers in (2, 4, 8):
+        out_dir = os.path.join(RESULTS, "report_runs", f"scaling-{graph}-w{workers}")
+        entries = [dict(preset="exact", epochs=suite["scaling_epochs"]),
+                   dict(preset="fast", epochs=suite["scaling_epochs"])]
+        metrics = run_sweep(_graph_args(graph), workers, entries, out_dir,
+                            base_args=bench_e2e.MODEL + ["--bandwidth", "1gbit"])
+        for entry, m in zip(entries, metrics):
+            s = bench_e2e.summarize_run(m, entry["preset"])
+            rows.append(dict(workers=workers, preset=entry["preset"], epoch_s=s["epoch_s"], breakdown=s["breakdown"],
+                             halo_nodes=sum(w["halo_nodes"] for w in m["summary"]["workers"]) / workers,
+                             owned_nodes=sum(w["owned_nodes"] for w in m["summary"]["workers"]) / workers))
+    return dict(graph=graph, link="1gbit", cores=os.cpu_count(), rows=rows)
+
+
+def tier_and_prediction(suite: dict) -> dict:
+    """``fast`` through the storage tier with a host cache far below the activations, beside the
+    same settings in memory (the tier's configuration: ``fast`` falls back to it there) and
+    beside ``fast`` in memory."""
+    from dgl_sni.config import TrainConfig
+    graph = suite["tier_graph"]
+    tier_cfg = TrainConfig.from_dict(dict(preset="fast", storage_tier="/t")).sni
+    same = dict(preset="fast", sync_interval=tier_cfg.sync_interval, smooth=tier_cfg.smooth,
+                row_average=tier_cfg.row_average, grad_average=tier_cfg.grad_average, quantize=tier_cfg.quantize,
+                stale_halo=tier_cfg.stale_halo, sync_halo=tier_cfg.sync_halo)
+    base = bench_e2e.MODEL + ["--bandwidth", "1gbit"]
+    tier_dir = tempfile.mkdtemp(prefix="dgl-sni-report-tier-")
+    runs = {}
+    try:
+        memory = run_sweep(_graph_args(graph), 2, [dict(preset="fast", epochs=suite["epochs"]),
+                                                   dict(same, epochs=suite["epochs"])],
+                           os.path.join(RESULTS, "report_runs", f"tier-{graph}-memory"), base_args=base)
+        tiered = run_sweep(_graph_args(graph), 2, [dict(preset="fast", epochs=suite["epochs"])],
+                           os.path.join(RESULTS, "report_runs", f"tier-{graph}"),
+                           base_args=base + ["--storage-tier", tier_dir, "--subparts", 4, "--host-cache-budget", "1M"])
+        runs = {"fast, in memory": memory[0], "the tier's settings, in memory": memory[1],
+                "fast through the storage tier, 1 MiB host cache": tiered[0]}
+    finally:
+        shutil.rmtree(tier_dir, ignore_errors=True)
+    out = {}
+    for name, m in runs.items():
+        s = bench_e2e.summarize_run(m, name)
+        out[name] = dict(epoch_s=s["epoch_s"], best_val=s["best_val_acc"], final_test=s["final_test_acc"],
+                         bytes_per_epoch=statistics.mean(e["bytes_sent"] + e["bytes_recv"] for e in m["epochs"]),
+                         sync_interval=m["config"]["sync_interval"], smooth=m["config"]["smooth"],
+                         peak_rss_mb=m["summary"]["peak_rss_mb"])
+    return dict(graph=graph, workers=2, link="1gbit", runs=out)
+
+
+EVAL_EVERY = 25  # DGL's example evaluates every this many epochs (its evaluation is a full inference)
+
+
+def dgl_example(suite: dict, example: str | None) -> dict:
+    """DGL 2.1.0's distributed GraphSAGE example, unchanged, with its own sampler, on the
+    comparison's first synthetic graph (4 machines at 1 Gbit/s): epoch time and its test
+    accuracy at each evaluation, the training time to its best. Needs a copy of the example
+    (``--dgl-example PATH``, or the DGL mirror ``bench_feature_cache.py`` reads)."""
+    from benchmarks import bench_feature_cache as fc
+    graph = next((g for g in suite["graphs"] if g.startswith("syn")), None)
+    args = dict(zip(_graph_args(graph)[2::2], _graph_args(graph)[3::2]))
+    work = tempfile.mkdtemp(prefix="dgl-sni-report-dgl-")
+    try:
+        try:
+            fc._example(example, work)
+        except (OSError, subprocess.CalledProcessError) as err:
+            return dict(ran=False, why=f"no copy of DGL's example ({type(err).__name__}); pass --dgl-example PATH")
+        part_config = fc._partition(work, WORKERS, int(args.get("--nodes", 20000)), 64)
+        epochs = suite["dgl_example_epochs"]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("DGL_SNI")}
+        cmd = [sys.executable, "-m", "dgl_sni.cli", "launch", "--workers", str(WORKERS), "--part-config", part_config,
+               "--bandwidth", "1gbit", "--timeout", "1500", "--", sys.executable, "-c", fc.SEEDED,
+               "ex/node_classification.py", "--graph_name", "graph", "--ip_config", "{ip_config}",
+               "--part_config", "{part_config}", "--num_epochs", str(epochs), "--eval_every", str(EVAL_EVERY)]
+        proc = subprocess.run(cmd, cwd=work, env=dict(env, PYTHONPATH=ROOT), capture_output=True, text=True,
+                              timeout=3000)
+        if proc.returncode != 0:
+            return dict(ran=False, why=f"the example failed: {proc.stderr[-500:]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    times = [float(t) for part, t in fc.EPOCH_TIME.findall(proc.stdout) if part == "0"]
+    accs = [(float(v), float(t)) for part, v, t in fc.TEST_ACC.findall(proc.stdout) if part == "0"]
+    evals = [min(EVAL_EVERY * (i + 1), epochs) for i in range(len(accs))]  # its evaluations' epochs
+    best = max(range(len(accs)), key=lambda i: accs[i][1]) if accs else None
+    return dict(ran=True, graph=graph, epochs=epochs, epoch_s=statistics.median(times) if times else None,
+                test_accs=[a[1] for a in accs], val_accs=[a[0] for a in accs], eval_epochs=evals,
+                best_test=accs[best][1] if accs else None,
+                time_to_best_s=sum(times[: evals[best]]) if accs else None)
+
+
+def cost_model() -> dict:
+    from dgl_sni import estimate as est
+    runs = est.load([os.path.join(RESULTS, "e2e_runs"), os.path.join(RESULTS, "report_runs")])
+    costs = est.fit(runs)
+    projections = []
+    for name, g in PAPER_GRAPHS.items():
+        owned = g["nodes"] / 16
+        for interval, bits in ((1, 32), (8, 8)):
+            cl = est.Cluster(workers=16, rate_bits=10e9, owned=owned, halo=HALO_RATIO * owned,
+                             edges=owned * (g["avg_degree"] + 1), feat_dim=g["feat_dim"], hidden=16,
+                             classes=g["classes"], layers=3, bits=bits, interval=interval)
+            projections.append(dict(graph=name, interval=interval, bits=bits, halo_ratio=HALO_RATIO,
+                                    **{k: v for k, v in est.project(costs, cl).items()}))
+    from dataclasses import asdict
+    return dict(costs=asdict(costs), check=est.check(costs, runs), holdout=est.holdout(runs),
+                projections=projections, assumptions=list(est.ASSUMPTIONS), runs=len(runs))
+
+
+def leftovers(started: float) -> dict:
+    """What the suite's runs left behind: namespaces, shared memory, run folders."""
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split("\n")
+    names = [ln.split()[0] for ln in netns if ln.startswith("sni")]
+    shm = [f for f in os.listdir("/dev/shm") if os.path.getmtime(os.path.join("/dev/shm", f)) >= started]
+    tmp = [p for p in glob.glob(os.path.join(tempfile.gettempdir(), "dgl-sni-*")) if os.path.getmtime(p) >= started]
+    return dict(namespaces=names, shared_memory=shm, temporary=tmp, clean=not (names or shm or tmp))
+
+
+def machine() -> dict:
+    import psutil
+    import torch
+    import dgl_sni  # noqa: F401
+    import dgl
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    return dict(commit=commit or "unknown", date=time.strftime("%Y-%m-%d"), cores=os.cpu_count(),
+                memory_gib=round(psutil.virtual_memory().total / 2**30, 1), python=platform.python_version(),
+                torch=torch.__version__, dgl=dgl.__version__, kernel=platform.release())
+
+
+def run_suite(name: str, example: str | None) -> dict:
+    suite = SUITES[name]
+    started = time.time()
+    out = dict(suite=name, machine=machine(), settings=suite)
+    out["comparison"] = comparison(suite)
+    out["dgl_example"] = dgl_example(suite, example)
+    out["scaling"] = scaling(suite)
+    out["tier"] = tier_and_prediction(suite)
+    out["cost_model"] = cost_model()
+    out["cleanup"] = leftovers(started)
+    out["minutes"] = (time.time() - started) / 60
+    return out
+
+
+# ----------------------------------------------------------------------------- the report
+
+def _f(value, spec, none="-"):
+    return none if value is None else format(value, spec)
+
+
+def _runs(part):
+    """The judged runs of one graph and link (seed 0 for the curves; the figures over seeds)."""
+    if "over_seeds" in part:
+        first = part["by_seed"][sorted(part["by_seed"])[0]]
+        return first["runs"], part["over_seeds"]
+    return part["runs"], None
+
+
+def comparison_table(graph, link, part, floor) -> list:
+    runs, seeds = _runs(part)
+    lines = [f"| method | ms/epoch | x epoch | to target (s) | x sooner | epochs to target | best val | final test | vs interval 1 |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        sooner = seeds[r["name"]]["time_to_target_speedup_median"] if seeds else r.get("time_to_target_speedup")
+        delta = seeds[r["name"]]["final_test_delta_mean"] if seeds else r.get("final_test_delta")
+        lines.append(f"| {r['name']} | {r['epoch_s'] * 1000:.0f} | {_f(r.get('epoch_speedup'), '.2f')} | "
+                     f"{_f(r.get('time_to_target_s'), '.1f', 'not reached')} | {_f(sooner, '.2f')} | "
+                     f"{_f(r.get('epochs_to_target'), 'd', '-')} | {_f(r['best_val_acc'], '.4f')} | "
+                     f"{_f(r['final_test_acc'], '.4f')} | {_f(delta, '+.4f')} |")
+    if floor is not None:
+        lines.append(f"| single-process | {floor['epoch_s'] * 1000:.0f} | - | - | - | - | {_f(floor['best_val_acc'], '.4f')} | "
+                     f"{_f(floor['final_test_acc'], '.4f')} | - |")
+    return lines
+
+
+def plots(data: dict) -> list:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    os.makedirs(FIGURES, exist_ok=True)
+    written = []
+
+    def save(fig, name):
+        fig.tight_layout()
+        for fmt in ("png", "svg"):
+            fig.savefig(os.path.join(FIGURES, f"{name}.{fmt}"), dpi=110)
+        written.append(f"figures/results/{name}.png")
+        plt.close(fig)
+
+    for graph, links in data["comparison"]["graphs"].items():
+        for link, part in links.items():
+            runs, _ = _runs(part)
+            fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+            for r in runs:
+                pts = [p for p in r["curve"] if p["val_acc"] is not None]
+                a.plot([p["train_time_s"] for p in pts], [p["val_acc"] for p in pts], label=r["name"], linewidth=1)
+                b.plot([p["epoch"] for p in pts], [p["val_acc"] for p in pts], label=r["name"], linewidth=1)
+            target = part.get("target_val_acc") or part.get("by_seed", {}).get(sorted(part.get("by_seed", {"": {}}))[0], {}).get("target_val_acc")
+            for ax, xl in ((a, "training time (s)"), (b, "epoch")):
+                if target:
+                    ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+                ax.set_xlabel(xl)
+                ax.set_ylabel("validation accuracy")
+                ax.set_ylim(bottom=max(0.0, (target or 0.5) - 0.3))
+                ax.grid(alpha=0.3)
+            a.legend(fontsize=7)
+            a.set_title(f"{graph}, {link}, {WORKERS} workers (dashed: target)")
+            save(fig, f"comparison-{graph}-{link}")
+
+    sc = data["scaling"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    labels, x, stale_labelled = [], 0, False
+    for row in sc["rows"]:
+        med = row["breakdown"].get("sync", {})
+        stale = row["breakdown"].get("stale")
+        bottom = 0.0
+        for key, color, part in (("comp_s", "tab:blue", "sync step: compute"), ("comm_s", "tab:orange", "exchange"),
+                                 ("sync_s", "tab:green", "waits")):
+            h = med.get(key, 0.0) * 1000
+            ax.bar(x, h, bottom=bottom, color=color, label=part if x == 0 else None)
+            bottom += h
+        ax.scatter([x], [row["epoch_s"] * 1000], color="black", marker="_", s=300, zorder=3,
+                   label="mean epoch" if x == 0 else None)
+        if stale:
+            ax.scatter([x], [stale["time_s"] * 1000], color="red", marker="x", zorder=3,
+                       label=None if stale_labelled else "stale step")
+            stale_labelled = True
+        labels.append(f"{row['workers']} machines\n{row['preset']}")
+        x += 1
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel("ms (sync step parts: medians)")
+    ax.set_title(f"scaling on {sc['graph']} at 1 Gbit/s: the machines share {sc['cores']} cores", fontsize=9)
+    ax.legend(fontsize=7)
+    save(fig, "scaling")
+    return written
+
+
+def write_report(data: dict, command: str) -> None:
+    m, comp = data["machine"], data["comparison"]
+    lines = [
+        "# Results",
+        "",
+        f"Generated by `{command}` on {m['date']} at commit {m['commit']}; every figure below comes from "
+        f"`benchmarks/results/report-{data['suite']}.json`, which the same command wrote (this invocation: "
+        f"{data['minutes']:.0f} minutes; runs it finds under `benchmarks/results/` are reused, not trained again). Machine: {m['cores']} cores, {m['memory_gib']} GiB, "
+        f"Linux {m['kernel']}, Python {m['python']}, torch {m['torch']}, DGL {m['dgl']}. All emulated machines "
+        "share this one host's cores: epoch times of several machines include their competition for them.",
+        "",
+        f"Suite `{data['suite']}`: {', '.join(data['settings']['graphs'])}; links {', '.join(data['settings']['links'])}; "
+        f"{WORKERS} workers; 3-layer GCN, hidden 16, dropout 0.5; {data['settings']['epochs']} epochs with exact "
+        f"evaluation after each; seeds {', '.join(map(str, data['settings']['seeds']))}. "
+        "`python benchmarks/results_report.py --full` runs the full suite (the acceptance graphs, 3 seeds, hours).",
+        "",
+        "## The methods side by side",
+        "",
+        "*To target*: training time (evaluation excluded) to interval 1's best validation accuracy minus 0.01; "
+        "*x sooner* against interval 1 of the same seed (median over seeds), *vs interval 1* the final test "
+        "accuracy's difference (mean over seeds).",
+        "",
+    ]
+    lines += [f"- `{name}`: {text}" for name, text in WHAT.items()]
+    lines.append("")
+    lines += [
+        "Not in the table: boundary node sampling as in BNS-GCN (each epoch exchanging a random share of the "
+        "boundary rows) is not implemented here: it needs a pull of chosen rows and an accumulating push of "
+        "their gradients by id, which the exchange's registered id sets do not do; and DGL's own distributed "
+        "GraphSAGE example cannot be shipped with the project (its code is DGL's) -- "
+        "`benchmarks/bench_feature_cache.py` runs it when a copy is given.",
+        "",
+    ]
+    for graph, links in comp["graphs"].items():
+        for link, part in links.items():
+            lines += [f"### {graph}, {link}", ""]
+            lines += comparison_table(graph, link, part, comp.get("single_process", {}).get(graph))
+            lines += ["", f"![{graph} {link}](figures/results/comparison-{graph}-{link}.png)", ""]
+    if comp.get("skipped"):
+        lines += [f"Skipped (dataset not present): {', '.join(comp['skipped'])}.", ""]
+
+    ex = data.get("dgl_example", {})
+    lines += ["## DGL's distributed GraphSAGE example", ""]
+    if ex.get("ran"):
+        syn = comp["graphs"].get(ex["graph"], {})
+        part = next(iter(syn.values()), None)
+        runs = {r["name"]: r for r in _runs(part)[0]} if part else {}
+        best = {k: runs[k]["test_acc_at_best_val"] for k in ("interval1", "fast") if k in runs}
+        lines += [f"DGL 2.1.0's `examples/distributed/graphsage/node_classification.py`, unchanged, with its own "
+                  f"neighbour sampler and defaults (2-layer SAGE, fan-outs 10 and 25, batch 1000), on {ex['graph']} "
+                  f"partitioned for {WORKERS} machines at 1 Gbit/s, {ex['epochs']} epochs, evaluated every {EVAL_EVERY}th: "
+                  f"epoch {ex['epoch_s'] * 1000:.0f} ms (median, its own timer), test accuracy at its evaluations "
+                  f"{', '.join(f'{a:.4f}' for a in ex['test_accs'])}; its best, {ex['best_test']:.4f}, after "
+                  f"{ex['time_to_best_s']:.1f} s of training. Full-graph training on the same graph (GCN): test "
+                  f"accuracy at the best validation epoch " + ", ".join(f"{k} {v:.4f}" for k, v in best.items()) + ".", ""]
+    else:
+        lines += [f"Not run: {ex.get('why', 'not part of this suite')}.", ""]
+
+    sc = data["scaling"]
+    lines += ["## Scaling", "",
+              f"{sc['graph']} at 1 Gbit/s, exact and `fast`, 2, 4 and 8 emulated machines on this host's "
+              f"{sc['cores']} cores: beyond {sc['cores']} machines each shares a core, so compute does not shrink "
+              "with more machines here as it would on a cluster.", "",
+              "| machines | preset | mean epoch ms | sync step ms | compute ms | exchange ms | waits ms | stale step ms | halo rows per owned row |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in sc["rows"]:
+        s, st = r["breakdown"].get("sync", {}), r["breakdown"].get("stale", {})
+        lines.append(f"| {r['workers']} | {r['preset']} | {r['epoch_s'] * 1000:.0f} | {_f(s.get('time_s') and s['time_s'] * 1000, '.0f')} | "
+                     f"{_f(s.get('comp_s') and s['comp_s'] * 1000, '.0f')} | {_f(s.get('comm_s') and s['comm_s'] * 1000, '.0f')} | "
+                     f"{_f(s.get('sync_s') and s['sync_s'] * 1000, '.0f')} | {_f(st.get('time_s') and st['time_s'] * 1000, '.0f')} | "
+                     f"{r['halo_nodes'] / r['owned_nodes']:.2f} |")
+    lines += ["", "![scaling](figures/results/scaling.png)", ""]
+
+    tier = data["tier"]
+    lines += ["## Prediction and the storage tier together", "",
+              f"{tier['graph']}, {tier['workers']} workers at 1 Gbit/s, {data['settings']['epochs']} epochs. On the "
+              "storage tier `--preset fast` takes its unaveraged configuration (the tier's layers read rows unit by "
+              "unit: sync every 2nd epoch, the smoothed cache, float32 rows); the tier runs 4 sub-partitions "
+              "through a 1 MiB host cache, far below the activations. Beside it: the same settings in memory, "
+              "and `fast` in memory.", "",
+              "| run | mean epoch ms | best val | final test | mean bytes per epoch | sync interval | peak RSS MiB |",
+              "|---|---|---|---|---|---|---|"]
+    for name, r in tier["runs"].items():
+        lines.append(f"| {name} | {r['epoch_s'] * 1000:.0f} | {_f(r['best_val'], '.4f')} | {_f(r['final_test'], '.4f')} | "
+                     f"{_f(r['bytes_per_epoch'], ',.0f')} | {r['sync_interval']} | {r['peak_rss_mb']:.0f} |")
+    lines.append("")
+
+    cm = data["cost_model"]
+    lines += ["## Cost model", "",
+              f"`dgl-sni estimate --fit benchmarks/results/` fitted to the {cm['runs']} modelled runs under "
+              "`benchmarks/results/` (the model: `dgl_sni/estimate.py`); the mean epoch it estimates against the "
+              "measured one, per configuration (median over its runs), and with the costs fitted on the other "
+              "graphs only:", "",
+              "| configuration | runs | measured ms | estimated ms | error | fitted on the other graphs |",
+              "|---|---|---|---|---|---|"]
+    held = {r["configuration"]: r for r in cm["holdout"]}
+    for r in cm["check"]:
+        h = held.get(r["configuration"])
+        lines.append(f"| {r['configuration']} | {r['runs']} | {r['measured_s'] * 1000:.0f} | {r['estimated_s'] * 1000:.0f} | "
+                     f"{r['error']:+.0%} | {_f(h and h['error'], '+.0%')} |")
+    worst = max((abs(r["error"]) for r in cm["check"]), default=None)
+    lines += ["", f"Largest error: {_f(worst, '.0%')}.", "",
+              "Projected for the SNI paper's setting (16 machines, 10 Gbit/s links, 3-layer GCN, hidden 16), "
+              "assumptions: " + "; ".join(cm["assumptions"]) + f"; {cm['projections'][0]['halo_ratio']} halo rows per owned "
+              "row (as measured on the 200k graph at 4 parts; denser graphs and more parts have more).", "",
+              "| graph | interval, bits | sync step ms | stale step ms | epoch ms | x interval 1 |", "|---|---|---|---|---|---|"]
+    for p in cm["projections"]:
+        lines.append(f"| {p['graph']} | {p['interval']}, {p['bits']} | {p['sync_s'] * 1000:.0f} | {p['stale_s'] * 1000:.0f} | "
+                     f"{p['epoch_s'] * 1000:.0f} | {p['speedup']:.2f} |")
+    c = data["cleanup"]
+    lines += ["", "## Clean-up", "",
+              "After the suite: " + ("no namespace, shared-memory segment or run folder was left behind." if c["clean"] else
+                                     f"left behind: namespaces {c['namespaces']}, shared memory {c['shared_memory']}, "
+                                     f"folders {c['temporary']}."), ""]
+    with open(DOC, "w") as fh:
+        fh.write("\n".join(lines))
+    _headline(data)
+
+
+def _headline(data: dict) -> None:
+    """The README's headline table: fast against interval 1 per graph (first link)."""
+    rows = ["| graph, link | interval 1 ms/epoch | fast ms/epoch | fast: x sooner to target | fast: final test vs interval 1 |",
+            "|---|---|---|---|---|"]
+    for graph, links in data["comparison"]["graphs"].items():
+        for link, part in links.items():
+            runs, seeds = _runs(part)
+            by = {r["name"]: r for r in runs}
+            fast, base = by.get("fast"), by.get("interval1")
+            if not fast or not base:
+                continue
+            sooner = seeds["fast"]["time_to_target_speedup_median"] if seeds else fast.get("time_to_target_speedup")
+            delta = seeds["fast"]["final_test_delta_mean"] if seeds else fast.get("final_test_delta")
+            rows.append(f"| {graph}, {link} | {base['epoch_s'] * 1000:.0f} | {fast['epoch_s'] * 1000:.0f} | "
+                        f"{_f(sooner, '.2f')} | {_f(delta, '+.4f')} |")
+    m = data["machine"]
+    block = [HEADLINE[0], f"From [docs/RESULTS.md](docs/RESULTS.md) (suite `{data['suite']}`, {m['date']}, commit "
+             f"{m['commit']}, {m['cores']} cores shared by {WORKERS} emulated machines):", "", *rows, HEADLINE[1]]
+    with open(README) as fh:
+        text = fh.read()
+    if HEADLINE[0] not in text:
+        return
+    head, rest = text.split(HEADLINE[0], 1)
+    _, tail = rest.split(HEADLINE[1], 1)
+    with open(README, "w") as fh:
+        fh.write(head + "\n".join(block) + tail)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--full", action="store_true", help="the full suite (hours)")
+    parser.add_argument("--no-run", action="store_true", help="write the report from the suite's JSON again")
+    parser.add_argument("--dgl-example", default=None, metavar="PATH",
+                        help="DGL 2.1.0's examples/distributed/graphsage/node_classification.py (default: the DGL "
+                             "mirror, where there is one)")
+    ns = parser.parse_args(argv)
+    name = "full" if ns.full else "quick"
+    path = os.path.join(RESULTS, f"report-{name}.json")
+    if ns.no_run:
+        if not os.path.exists(path):
+            parser.error(f"{path} does not exist: run the suite first")
+        with open(path) as fh:
+            data = json.load(fh)
+    else:
+        data = run_suite(name, ns.dgl_example)
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(data, fh, indent=1)
+    plots(data)
+    write_report(data, "python benchmarks/results_report.py" + (" --full" if ns.full else ""))
+    print(f"wrote {DOC} and {FIGURES}/ from {path}")
+    return 0 if data["cleanup"]["clean"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
