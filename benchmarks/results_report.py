@@ -1,6 +1,6 @@
 """The results report: one command trains the suite and writes ``docs/RESULTS.md`` with its plots.
 
-    python benchmarks/results_report.py            # the quick suite (about 20 minutes here)
+    python benchmarks/results_report.py            # the quick suite (minutes)
     python benchmarks/results_report.py --full     # the full suite (hours: the acceptance graphs, 3 seeds)
     python benchmarks/results_report.py --no-run   # the report again from the suite's JSON
 
@@ -72,7 +72,7 @@ WHAT = {
     "single-process": "one process, DGL's `GraphConv` over the whole graph (examples/gcn.py): the floor on one machine",
 }
 SUITES = {
-    "quick": dict(graphs=["syn20k", "cora", "citeseer"], links=["1gbit"], epochs=60, seeds=[0],
+    "quick": dict(graphs=["syn20k", "cora", "citeseer"], links=["1gbit"], epochs=150, seeds=[0],
                   scaling_graph="syn20k", scaling_epochs=40, tier_graph="syn20k", dgl_example_epochs=300),
     "full": dict(graphs=["syn200k", "syn500k", "cora", "citeseer"], links=["1gbit", "unshaped"], epochs=150,
                  seeds=[0, 1, 2], scaling_graph="syn200k", scaling_epochs=30, tier_graph="syn200k",
