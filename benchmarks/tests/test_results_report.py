@@ -1,0 +1,65 @@
+"""The results report: its methods are valid configurations, and the document, the plots and the
+README's headline are written from the suite's JSON alone."""
+import pytest
+
+from benchmarks import bench_e2e, results_report as rr
+
+
+def test_every_method_is_a_valid_configuration_and_interval_1_comes_first():
+    from dgl_sni.config import TrainConfig
+    assert rr.METHODS[0] == dict(name="interval1", preset="exact")
+    for method in rr.METHODS:
+        TrainConfig.from_dict({k: v for k, v in method.items() if k != "name"}).validate()
+        assert method["name"] in rr.WHAT
+    pipelined = TrainConfig.from_dict(dict(preset="fast", sync_policy="pipeline")).validate()
+    assert pipelined.pipelined and not pipelined.sni_active
+
+
+def _summary(name, epoch_s, vals, test):
+    curve = [dict(epoch=i, mode="sync", train_time_s=(i + 1) * epoch_s, loss=1.0, val_acc=v, test_acc=test)
+             for i, v in enumerate(vals)]
+    breakdown = {"sync": dict(time_s=epoch_s, comp_s=epoch_s / 2, comm_s=epoch_s / 3, sync_s=epoch_s / 6, bytes=1e6)}
+    return dict(name=name, config=dict(sync_interval=1), epoch_s=epoch_s, breakdown=breakdown,
+                best_val_acc=max(vals), final_test_acc=test, test_acc_at_best_val=test, curve=curve)
+
+
+def _data():
+    runs = [_summary("interval1", 0.4, [0.5, 0.8, 0.9], 0.88), _summary("fast", 0.123, [0.5, 0.89, 0.9], 0.87)]
+    judged = dict(bench_e2e.compare(runs, "1gbit", 4), runs=runs)
+    scaling = [dict(workers=w, preset="exact", epoch_s=0.1 * w, breakdown=runs[0]["breakdown"], halo_nodes=2.0 * w,
+                    owned_nodes=10.0) for w in (2, 4, 8)]
+    tier = {"fast, in memory": dict(epoch_s=0.02, best_val=0.7, final_test=0.69, bytes_per_epoch=1e5, sync_interval=8,
+                                    smooth=0.0, peak_rss_mb=400.0)}
+    check = [dict(configuration="g: exact interval 1, 32-bit, 1gbit", runs=2, measured_s=0.4, estimated_s=0.42,
+                  error=0.05, worst_run_error=0.07)]
+    proj = [dict(graph="Reddit", interval=1, bits=32, halo_ratio=2.5, sync_s=1.0, stale_s=0.5, epoch_s=1.0,
+                 speedup=1.0)]
+    return dict(suite="quick", minutes=3.0, settings=dict(graphs=["syn20k"], links=["1gbit"], epochs=3, seeds=[0]),
+                machine=dict(commit="abc1234", date="2026-12-05", cores=2, memory_gib=23.5, python="3.11.7",
+                             torch="2.13.0", dgl="2.1.0", kernel="6"),
+                comparison=dict(graphs={"syn20k": {"1gbit": judged}}, single_process={}, skipped=["cora"]),
+                dgl_example=dict(ran=False, why="no copy"), scaling=dict(graph="syn20k", link="1gbit", cores=2,
+                                                                         rows=scaling),
+                tier=dict(graph="syn20k", workers=2, link="1gbit", runs=tier),
+                cost_model=dict(runs=3, check=check, holdout=[], projections=proj, assumptions=["one core"]),
+                cleanup=dict(clean=True, namespaces=[], shared_memory=[], temporary=[]))
+
+
+def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{rr.HEADLINE[0]}\nold table\n{rr.HEADLINE[1]}\nrest\n")
+    monkeypatch.setattr(rr, "DOC", str(tmp_path / "RESULTS.md"))
+    monkeypatch.setattr(rr, "FIGURES", str(tmp_path / "figures"))
+    monkeypatch.setattr(rr, "README", str(readme))
+    data = _data()
+    rr.plots(data)
+    rr.write_report(data, "python benchmarks/results_report.py")
+    doc = (tmp_path / "RESULTS.md").read_text()
+    assert "at commit abc1234" in doc and "| fast | 123 | 3.25 |" in doc  # 0.4 / 0.123 per epoch
+    assert "Skipped (dataset not present): cora." in doc and "Not run: no copy." in doc
+    assert "no namespace, shared-memory segment or run folder was left behind" in doc
+    head = readme.read_text()
+    assert "old table" not in head and head.startswith("intro\n") and head.endswith("rest\n")
+    assert "| syn20k, 1gbit | 400 | 123 | 4.88 | -0.0100 |" in head  # target 0.89: at 1.2 s against 0.246 s
+    assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(
+        f"{n}.{e}" for n in ("comparison-syn20k-1gbit", "scaling") for e in ("png", "svg"))
