@@ -204,13 +204,13 @@ class BlockModel(nn.Module, TrainableModel):
         index = 0
         for parent_name, parent in list(self.module.named_modules()):
             for child_name, child in list(parent.named_children()):
+                name = f"{parent_name}.{child_name}" if parent_name else child_name
                 if type(child) is nn.Dropout:
-                    name = f"{parent_name}.{child_name}" if parent_name else child_name
                     setattr(parent, child_name, KeyedDropout(child.p, index, name, self._state))
                     index += 1
                 elif isinstance(child, nn.modules.dropout._DropoutNd) and not isinstance(child, KeyedDropout):
-                    raise ModelError(f"layer '{parent_name}.{child_name}' ({type(child).__name__}) draws masks "
-                                     "that cannot be keyed by node (use nn.Dropout)")
+                    raise ModelError(f"layer '{name}' ({type(child).__name__}) draws masks that cannot be keyed "
+                                     "by node (use nn.Dropout)")
 
     # ------------------------------------------------------------------ halo rows
     def _pre_hook(self, name: str):

@@ -163,10 +163,14 @@ class WorkerSession:
         pipeline_from = cfg.sni.warmup if pipelined else None
         planner = HaloPlanner(sni, counters, halo_gids.numpy(), tensors.dims, agent=agent, edge_counts=edge_counts,
                               bits=tensors.quantize, tier_backed=tensors.tier_root is not None,
-                              pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo)
+                              pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo,
+                              sample=cfg.sni.halo_sample)
         wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
                         published=self.rows_peers_read(cfg.model.arch),
-                        barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive"))
+                        barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive")
+                        or bool(cfg.sni.halo_sample))
+        if cfg.sni.halo_sample:
+            wire.accumulate_pushes()  # sampled gradients are pushed by id: their owners add them up
         exchange = KVHaloExchange(wire, planner)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)

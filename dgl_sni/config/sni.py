@@ -130,6 +130,11 @@ class SNIConfig:
                             choices=SYNC_HALO, sweep=True)
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
+    halo_sample: float = option(0.0, "boundary node sampling as in BNS-GCN (a peer method, for comparison): "
+                                     "each training step of an exact run pulls a random share P of every "
+                                     "hidden layer's halo rows by id, scaled by 1/P, and pushes only their "
+                                     "gradients; the others are left out of the step (the input layer keeps "
+                                     "its features). 0: off", sweep=True)
     prefetch: bool = option(True, "ask the agent for a stale step's rows (a sync step's preview) at the "
                                   "step's start, so it computes them while the trainer computes the layers "
                                   "below (the paper's asynchronous pipeline); --no-prefetch asks when the "
@@ -216,6 +221,7 @@ class SNIConfig:
             (self.sync_loss_gap >= 0, f"--sync-loss-gap must be >= 0, got {self.sync_loss_gap}"),
             (self.preset in PRESET_NAMES, f"--preset must be one of {', '.join(PRESET_NAMES)}, got {self.preset!r}"),
             (0 <= self.smooth < 1, f"--smooth must lie in [0, 1), got {self.smooth}"),
+            (0 <= self.halo_sample <= 1, f"--halo-sample must lie in [0, 1], got {self.halo_sample}"),
             (0 <= self.row_average < 1, f"--row-average must lie in [0, 1), got {self.row_average}"),
             (0 <= self.grad_average < 1, f"--grad-average must lie in [0, 1), got {self.grad_average}"),
             (self.stale_halo in STALE_HALO,

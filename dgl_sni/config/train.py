@@ -100,6 +100,10 @@ class TrainConfig:
             if getattr(self.sni, name) and (self.tier.storage_tier or self.pipelined):
                 raise ValueError(f"--{name.replace('_', '-')} needs the owned rows in memory at every step and "
                                  f"stale epochs: not with --storage-tier or --sync-policy pipeline")
+        if self.sni.halo_sample and (self.sni_active or self.pipelined or self.tier.storage_tier or self.sni.quantize):
+            raise ValueError("--halo-sample (boundary node sampling) samples the rows of exact steps: it needs "
+                             "--sync-interval 1, float32 rows (--quantize 0), no --sync-policy pipeline and no "
+                             "--storage-tier")
         if self.pipelined and self.tier.storage_tier:
             raise ValueError("--sync-policy pipeline is not supported with --storage-tier (the tier's "
                              "layers publish rows unit by unit, and a pipelined step would need two copies)")

@@ -57,6 +57,7 @@ class KVHaloExchange:
         self.num_owned = wire.num_owned
         self.plan: StepPlan | None = None
         self._started = {}  # layer -> a sync step's pull sent before the layer needs its rows
+        self._picked = np.empty(0, dtype=np.int64)  # the halo rows a sampled step pulls (--halo-sample)
         self._in_flight = {}  # layer -> the pull a pipelined step left on the wire
         self._grad_pending = False  # pushes of the last pipelined step not yet flushed
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined runs)
@@ -73,6 +74,8 @@ class KVHaloExchange:
         self.complete_step()
         self.plan = self.planner.plan(step, training)
         self.wire.use(step, training, self.plan.bits)
+        if any(lp.source is Source.SAMPLED for lp in self.plan.layers.values()):
+            self._picked = self.wire.sample(self.planner.sample)  # the same rows for every layer of the step
         return self.plan.mode
 
     def complete_step(self) -> None:
@@ -134,6 +137,10 @@ class KVHaloExchange:
             return Resolved(rows, np.full(rows.shape[0], int(Origin.PIPELINED), dtype=np.uint8))
         if lp.source is Source.KEPT_SUM:
             raise RuntimeError(f"layer {layer}'s halo rows were not fetched: the plan gave it their kept sum")
+        if lp.source is Source.SAMPLED:
+            wire.publish(layer, publish)
+            rows = wire.pull_sampled(layer, self._picked, self.planner.sample)
+            return Resolved(rows, np.full(rows.shape[0], int(Origin.PULLED), dtype=np.uint8))
         pending = self._started.pop(layer, None)
         if pending is None:
             wire.publish(layer, publish)
@@ -236,7 +243,9 @@ class KVHaloExchange:
         lp = self.plan.layers[layer]
         if lp.average_grads:
             grad_halo = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
-        if lp.grad in (Grad.PUSH, Grad.DEFERRED):
+        if lp.source is Source.SAMPLED:
+            self.wire.push_sampled(layer, grad_halo, self._picked, self.planner.sample)
+        elif lp.grad in (Grad.PUSH, Grad.DEFERRED):
             self.wire.push(layer, grad_halo)
         elif lp.measure_grad:  # the step trains without them: sent to be measured only
             self.wire.push(layer, grad_halo, measure=True)
@@ -253,7 +262,10 @@ class KVHaloExchange:
                 self.wire.end_round(layer)
                 self.planner.measure_grad(layer, used, self.wire.received(layer))
             return used
-        self.wire.end_round(layer)  # every gradient the others sent for the owned rows is applied
+        if lp.source is Source.SAMPLED:
+            self.wire.fence_sampled(layer, self._picked)
+        else:
+            self.wire.end_round(layer)  # every gradient the others sent for the owned rows is applied
         received = self.wire.received(layer)
         if lp.keep_previous:
             self._last_grad[layer] = received  # the first pipelined step uses it

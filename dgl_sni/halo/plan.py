@@ -88,6 +88,7 @@ class Source(str, enum.Enum):
     KEPT_SUM = "kept-sum"  # no rows: the sum kept at the last sync (the cache has not changed since)
     PREVIOUS = "previous"  # the previous training step's rows; this step's pull stays on the wire
     TRUE = "true"  # a stale step measured against the truth (--stale-truth): pulled now, not observed
+    SAMPLED = "sampled"  # a random share pulled by id, the others left out (--halo-sample, BNS-GCN)
 
 
 class Grad(str, enum.Enum):
@@ -173,12 +174,14 @@ class HaloPlanner:
     ``tier_backed``: the owners serve the rows from their tier files (the layers then take
     whole rows); ``pipeline_from``: the first pipelined step (``--sync-policy pipeline``);
     ``sum_stale``: stale training steps take summed halo rows; ``sync_sums``: how the other
-    training steps take theirs (``rows``, ``inputs`` or ``summed``).
+    training steps take theirs (``rows``, ``inputs`` or ``summed``); ``sample``: the share of
+    halo rows an exact training step pulls (boundary node sampling, ``--halo-sample``; 0: all).
     """
 
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, halo_ids: np.ndarray, dims: list, *,
                  agent=None, edge_counts: np.ndarray | None = None, bits: int = 0, tier_backed: bool = False,
-                 pipeline_from: int | None = None, sum_stale: bool = False, sync_sums: str = "rows"):
+                 pipeline_from: int | None = None, sum_stale: bool = False, sync_sums: str = "rows",
+                 sample: float = 0.0):
         if pipeline_from is not None and cfg is not None:
             raise ValueError("pipelined steps replace stale steps: use --sync-policy pipeline without a "
                              "sync interval above 1")
@@ -192,6 +195,9 @@ class HaloPlanner:
         self.num_halo = int(len(halo_ids))
         self.bits, self.tier_backed, self.pipeline_from = bits, tier_backed, pipeline_from
         self.sum_stale, self.sync_sums = sum_stale, sync_sums
+        if sample and (cfg is not None or pipeline_from is not None or tier_backed or bits):
+            raise ValueError("boundary node sampling samples the rows of exact float32 steps in memory")
+        self.sample = sample  # the share of halo rows a training step pulls (0: every row)
         self.smoothing = cfg.smooth if cfg is not None else 0.0
         self.schedule = make_schedule(cfg)
         transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy != "adaptive"
@@ -251,6 +257,8 @@ class HaloPlanner:
         true_rows, true_grads = cfg.truth(layer) if stale else (False, False)
         if mode == "pipelined":
             source = Source.PREVIOUS
+        elif self.sample and training:
+            source = Source.SAMPLED
         elif true_rows:
             source = Source.TRUE
         elif stale:
@@ -260,8 +268,10 @@ class HaloPlanner:
         summed = self.sum_stale and training and (stale or (mode == "sync" and self.sync_sums == "summed"))
         if summed:
             form = Form.SUM
-        elif mode == "pipelined" or self.tier_backed:
-            form = Form.ROWS  # a pipelined step's pushes complete at its end; the tier reads rows unit by unit
+        elif mode == "pipelined" or self.tier_backed or source is Source.SAMPLED:
+            # a pipelined step's pushes complete at its end; the tier reads rows unit by unit; sampled
+            # rows are pulled by id when the layer asks
+            form = Form.ROWS
         else:
             form = Form.APART
         if mode == "pipelined":

@@ -160,6 +160,60 @@ class HaloWire:
             rows = self.emb[layer][torch.from_numpy(ids)]
         return self.decode(layer, self._pulled(rows))
 
+    # ------------------------------------------------------------------ sampled rows (BNS-GCN)
+    def sample(self, share: float) -> np.ndarray:
+        """The positions of the halo rows this trainer's step samples, each with probability
+        ``share``, drawn from ``(seed, step, rank)`` alone."""
+        rng = np.random.default_rng([self.seed, self.step, self.collective.rank, 0xB5])
+        return np.flatnonzero(rng.random(self.num_halo) < share)
+
+    def pull_sampled(self, layer: int, picked: np.ndarray, share: float) -> np.ndarray:
+        """Every halo row of layer ``layer``: the ``picked`` ones pulled by id and scaled by
+        ``1 / share``, the others zero. Counts the rows, their bytes and the ids sent."""
+        rows = np.zeros((self.num_halo, self.dims[layer - 1]), dtype=np.float32)
+        if len(picked):
+            ids = self.halo_gids[torch.from_numpy(picked)]
+            with self.counters.timing("comm_s"):
+                got = self.emb[layer][ids]
+            self._pulled(got)
+            self.counters.bytes_sent += ids.numel() * ids.element_size()
+            rows[picked] = got.numpy() / share
+        return rows
+
+    def push_sampled(self, layer: int, grad_halo: torch.Tensor, picked: np.ndarray, share: float) -> None:
+        """Push the gradients of the ``picked`` halo rows (scaled by ``1 / share``, as their rows
+        were) by id; their owners add them up (:meth:`accumulate_pushes`)."""
+        if not len(picked):
+            return
+        index = torch.from_numpy(picked)
+        ids, data = self.halo_gids[index], (grad_halo.index_select(0, index) / share).contiguous()
+        with self.counters.timing("comm_s"):
+            self.grad[layer][ids] = data
+        self.counters.bytes_sent += data.numel() * data.element_size() + ids.numel() * ids.element_size()
+        self.counters.add("pushed_rows", int(len(picked)))
+
+    def fence_sampled(self, layer: int, picked: np.ndarray) -> None:
+        """Wait until every trainer's pushes by id of layer ``layer`` are applied: a read from each
+        owner this trainer pushed to follows its pushes on the same connections, then the
+        trainers meet."""
+        if len(picked):
+            ids = self.halo_gids[torch.from_numpy(picked)]
+            parts = self.policy.to_partid(ids).numpy()
+            first = np.unique(parts, return_index=True)[1]
+            with self.counters.timing("comm_s"):
+                self.grad[layer][ids[torch.from_numpy(first)]]
+        with self.counters.timing("sync_s"):
+            self.collective.barrier()
+
+    def accumulate_pushes(self) -> None:
+        """Make pushes by id to the gradient tensors add to what is there (every trainer calls
+        it: DGL registers the handler on every server)."""
+        from dgl.distributed import kvstore
+        kv = kvstore.get_kvstore()
+        for step in (0, 1) if self.tensors.pipeline else (0,):
+            for grad in self.tensors.for_step(step)[1].values():
+                kv.register_push_handler(grad.kvstore_key, add_rows)
+
     def peek(self, layer: int) -> np.ndarray:
         """Every halo row of layer ``layer`` now, not counted as training traffic (staleness
         measurement: ``measure_bytes``)."""
@@ -275,3 +329,9 @@ class WireSource:
 
     def peek(self) -> np.ndarray:
         return self.wire.peek(self.layer)
+
+
+def add_rows(target: dict, name: str, local_offset: torch.Tensor, data: torch.Tensor) -> None:
+    """A DGL push handler that adds the pushed rows to the stored ones (sampled halo gradients:
+    several trainers push to one owned row)."""
+    target[name][local_offset] += data

@@ -24,7 +24,9 @@ PREDICTION = {"gated-interval1": dict(sync_interval=1, predictor="gated"),
 RUNS = {  # per worker count, the runs its cluster trains
     2: {**{f"{m}-{layers}": dict(model=m, layers=layers, epochs=5, dropout=0.0) for m, layers in MODELS},
         **{f"{m}-dropout": dict(model=m, layers=3, epochs=4, dropout=0.5) for m in ("gcn", "gat")},
-        **{name: dict(model="gcn", layers=3, epochs=4, dropout=0.0, **extra) for name, extra in PREDICTION.items()}},
+        **{name: dict(model="gcn", layers=3, epochs=4, dropout=0.0, **extra) for name, extra in PREDICTION.items()},
+        # boundary node sampling with every row sampled: its pulls and accumulating pushes by id are exact
+        "sampled-every-row": dict(model="gcn", layers=3, epochs=4, dropout=0.5, halo_sample=1.0)},
     3: {f"{m}-{layers}": dict(model=m, layers=layers, epochs=5, dropout=0.0) for m, layers in MODELS},
 }
 
@@ -111,6 +113,15 @@ def test_exact_with_keyed_dropout(cluster_run, small_graph_npz, model):
 @pytest.mark.parametrize("name", list(PREDICTION))
 def test_prediction_machinery_keeps_exactness(cluster_run, small_graph_npz, name):
     _check_run(cluster_run, small_graph_npz, 2, name)
+
+
+@needs_netns
+def test_sampling_every_halo_row_by_id_is_exact(cluster_run, small_graph_npz):
+    """``--halo-sample 1``: every halo row pulled by id and every gradient pushed by id, added up
+    at the owners: the exact step's values."""
+    metrics, _ = cluster_run(2, "sampled-every-row")
+    assert all(e["pushed_rows"] > 0 for e in metrics["epochs"])
+    _check_run(cluster_run, small_graph_npz, 2, "sampled-every-row")
 
 
 @needs_netns

@@ -56,6 +56,16 @@ def test_tier_backed_rows_are_pulled_from_the_owners_files_as_whole_rows():
         _planner(tier_backed=True, bits=8)
 
 
+def test_sampled_steps_pull_a_share_by_id_as_whole_rows_and_evaluation_pulls_every_row():
+    planner, _ = _planner(sample=0.3)
+    plan = planner.plan(0, training=True)
+    assert all((lp.source, lp.form, lp.grad) == (Source.SAMPLED, Form.ROWS, Grad.PUSH) for lp in plan.layers.values())
+    assert all(lp.source is Source.PULLED for lp in planner.plan(0, training=False).layers.values())
+    for bad in (dict(cfg=_stale_cfg()), dict(bits=8), dict(tier_backed=True), dict(pipeline_from=2)):
+        with pytest.raises(ValueError, match="boundary node sampling samples the rows of exact float32 steps"):
+            _planner(sample=0.3, **bad)
+
+
 def test_pipelined_steps_use_the_previous_steps_rows_and_defer_their_gradients():
     planner, counters = _planner(pipeline_from=2)
     plans = {}
