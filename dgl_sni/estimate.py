@@ -142,7 +142,7 @@ def modelled(cfg: dict) -> bool:
     from .config.sni import SNIConfig
     names = [k for k in SNIConfig.__dataclass_fields__ if k in preset and k not in MODELLED
              and not k.startswith(("agent", "doca"))]
-    return all(cfg.get(k) == preset[k] for k in names)
+    return all(cfg.get(k, preset[k]) == preset[k] for k in names)  # a setting newer than the run: its default
 
 
 def load(paths: list, cores: int | None = None) -> list:
