@@ -63,7 +63,10 @@ def _partition(work: str, parts: int, nodes: int, feat_dim: int) -> str:
 
 
 def _run(work: str, part_config: str, workers: int, epochs: int, flag_env: dict, tag: str,
-         batch: int = 500) -> dict:
+         batch: int = 500, eval_every: int | None = None) -> dict:
+    """One run of the example (``eval_every``: its evaluations, default only after the last
+    epoch). Returns its losses, median epoch time, last test accuracy and, per evaluation of
+    part 0, ``test_accs``, with part 0's ``epoch_times_s``; under ``DGL_SNI`` its feature bytes."""
     stats = os.path.join(work, f"{tag}-sni{{rank}}.json")
     env = {k: v for k, v in os.environ.items() if not k.startswith("DGL_SNI")}
     env.update(flag_env, DGL_SNI_STATS=stats, PYTHONPATH=ROOT)
@@ -71,7 +74,7 @@ def _run(work: str, part_config: str, workers: int, epochs: int, flag_env: dict,
            part_config, "--bandwidth", "1gbit", "--timeout", "1500", "--", sys.executable, "-c", SEEDED,
            "ex/node_classification.py",  # by a relative path: launch keeps the working directory
            "--graph_name", "graph", "--ip_config", "{ip_config}", "--part_config", "{part_config}",
-           "--num_epochs", str(epochs), "--eval_every", str(epochs), "--log_every", "1",
+           "--num_epochs", str(epochs), "--eval_every", str(eval_every or epochs), "--log_every", "1",
            "--batch_size", str(batch)]
     proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
@@ -81,7 +84,9 @@ def _run(work: str, part_config: str, workers: int, epochs: int, flag_env: dict,
     times = [float(t) for _, t in EPOCH_TIME.findall(out)]
     accs = [float(t) for _, _, t in TEST_ACC.findall(out)]
     run = dict(losses=losses, epoch_time_s=statistics.median(times) if times else None,
-               test_acc=accs[-1] if accs else None, final_line=bool(accs))
+               test_acc=accs[-1] if accs else None, final_line=bool(accs),
+               test_accs=[float(t) for part, _, t in TEST_ACC.findall(out) if part == "0"],
+               epoch_times_s=[float(t) for part, t in EPOCH_TIME.findall(out) if part == "0"])
     if "DGL_SNI" in flag_env:
         per = [json.load(open(stats.replace("{rank}", str(r)))) for r in range(workers)]
         feats = [p.get("features", {}) for p in per]

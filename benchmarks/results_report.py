@@ -183,24 +183,17 @@ def dgl_example(suite: dict, example: str | None) -> dict:
             return dict(ran=False, why=f"no copy of DGL's example ({type(err).__name__}); pass --dgl-example PATH")
         part_config = fc._partition(work, WORKERS, int(args.get("--nodes", 20000)), 64)
         epochs = suite["dgl_example_epochs"]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("DGL_SNI")}
-        cmd = [sys.executable, "-m", "dgl_sni.cli", "launch", "--workers", str(WORKERS), "--part-config", part_config,
-               "--bandwidth", "1gbit", "--timeout", "1500", "--", sys.executable, "-c", fc.SEEDED,
-               "ex/node_classification.py", "--graph_name", "graph", "--ip_config", "{ip_config}",
-               "--part_config", "{part_config}", "--num_epochs", str(epochs), "--eval_every", str(EVAL_EVERY)]
-        proc = subprocess.run(cmd, cwd=work, env=dict(env, PYTHONPATH=ROOT), capture_output=True, text=True,
-                              timeout=3000)
-        if proc.returncode != 0:
-            return dict(ran=False, why=f"the example failed: {proc.stderr[-500:]}")
+        try:  # stock DGL, the example's own batch size
+            run = fc._run(work, part_config, WORKERS, epochs, {}, "stock", batch=1000, eval_every=EVAL_EVERY)
+        except (RuntimeError, subprocess.TimeoutExpired) as err:
+            return dict(ran=False, why=f"the example failed: {str(err)[-500:]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    times = [float(t) for part, t in fc.EPOCH_TIME.findall(proc.stdout) if part == "0"]
-    accs = [(float(v), float(t)) for part, v, t in fc.TEST_ACC.findall(proc.stdout) if part == "0"]
+    times, accs = run["epoch_times_s"], run["test_accs"]
     evals = [min(EVAL_EVERY * (i + 1), epochs) for i in range(len(accs))]  # its evaluations' epochs
-    best = max(range(len(accs)), key=lambda i: accs[i][1]) if accs else None
+    best = max(range(len(accs)), key=lambda i: accs[i]) if accs else None
     return dict(ran=True, graph=graph, epochs=epochs, epoch_s=statistics.median(times) if times else None,
-                test_accs=[a[1] for a in accs], val_accs=[a[0] for a in accs], eval_epochs=evals,
-                best_test=accs[best][1] if accs else None,
+                test_accs=accs, eval_epochs=evals, best_test=accs[best] if accs else None,
                 time_to_best_s=sum(times[: evals[best]]) if accs else None)
 
 
@@ -291,6 +284,7 @@ def plots(data: dict) -> list:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from dgl_sni.report import accuracy_figure
     os.makedirs(FIGURES, exist_ok=True)
     written = []
 
@@ -304,21 +298,11 @@ def plots(data: dict) -> list:
     for graph, links in data["comparison"]["graphs"].items():
         for link, part in links.items():
             runs, _ = _runs(part)
-            fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
-            for r in runs:
-                pts = [p for p in r["curve"] if p["val_acc"] is not None]
-                a.plot([p["train_time_s"] for p in pts], [p["val_acc"] for p in pts], label=r["name"], linewidth=1)
-                b.plot([p["epoch"] for p in pts], [p["val_acc"] for p in pts], label=r["name"], linewidth=1)
-            target = part.get("target_val_acc") or part.get("by_seed", {}).get(sorted(part.get("by_seed", {"": {}}))[0], {}).get("target_val_acc")
-            for ax, xl in ((a, "training time (s)"), (b, "epoch")):
-                if target:
-                    ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
-                ax.set_xlabel(xl)
-                ax.set_ylabel("validation accuracy")
-                ax.set_ylim(bottom=max(0.0, (target or 0.5) - 0.3))
-                ax.grid(alpha=0.3)
-            a.legend(fontsize=7)
-            a.set_title(f"{graph}, {link}, {WORKERS} workers (dashed: target)")
+            target = part.get("target_val_acc") or next(iter(part.get("by_seed", {}).values()), {}).get("target_val_acc")
+            curves = [(r["name"], [(p["epoch"], p["train_time_s"], p["val_acc"]) for p in r["curve"]
+                                   if p["val_acc"] is not None]) for r in runs]
+            fig = accuracy_figure(curves, target, f"{graph}, {link}, {WORKERS} workers (dashed: target)",
+                                  floor=max(0.0, (target or 0.5) - 0.3))
             save(fig, f"comparison-{graph}-{link}")
 
     sc = data["scaling"]

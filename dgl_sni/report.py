@@ -128,6 +128,32 @@ def _medians(metrics: dict) -> dict:
     return out
 
 
+def accuracy_figure(curves: list, target: float | None, title: str, floor: float | None = None):
+    """Validation accuracy against training time and against epochs, one line per
+    ``(label, [(epoch, training time s, validation accuracy)])``, the target dashed; the
+    y axis from ``floor`` where given. Used by :func:`draw` and the results report."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4))
+    for label, pts in curves:
+        by_time.plot([t for _, t, _ in pts], [v for *_, v in pts], label=label, linewidth=1)
+        by_epoch.plot([e for e, _, _ in pts], [v for *_, v in pts], label=label.split(",")[0], linewidth=1)
+    for ax, xlabel in ((by_time, "training time (s, evaluation excluded)"), (by_epoch, "epoch")):
+        if target is not None:
+            ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)
+        if floor is not None:
+            ax.set_ylim(bottom=floor)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("validation accuracy")
+        ax.grid(alpha=0.3)
+    by_time.legend(fontsize=7)
+    by_time.set_title(title)
+    by_epoch.set_title("accuracy against epochs")
+    return fig
+
+
 def draw(runs: list, out_dir: str, formats=FORMATS) -> list:
     """Write the plots of ``runs`` into ``out_dir``; returns the paths written."""
     import matplotlib
@@ -146,21 +172,11 @@ def draw(runs: list, out_dir: str, formats=FORMATS) -> list:
             written.append(path)
         plt.close(fig)
 
-    fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4))
+    curves = []
     for (label, m), row in zip(runs, rows):
-        pts = [(e, t, v) for e, t, v in curve(m) if v is not None]
         reached = "" if row["time_to_target_s"] is None else f", target at {row['time_to_target_s']:.1f} s"
-        by_time.plot([t for _, t, _ in pts], [v for *_, v in pts], label=f"{label}{reached}")
-        by_epoch.plot([e for e, _, _ in pts], [v for *_, v in pts], label=label)
-    for ax, xlabel in ((by_time, "training time (s, evaluation excluded)"), (by_epoch, "epoch")):
-        if rows and rows[0]["target"] is not None:
-            ax.axhline(rows[0]["target"], color="grey", linestyle="--", linewidth=0.8)
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("validation accuracy")
-        ax.grid(alpha=0.3)
-    by_time.legend(fontsize=7)
-    by_time.set_title("accuracy against time (dashed: target)")
-    by_epoch.set_title("accuracy against epochs")
+        curves.append((f"{label}{reached}", [p for p in curve(m) if p[2] is not None]))
+    fig = accuracy_figure(curves, rows[0]["target"] if rows else None, "accuracy against time (dashed: target)")
     save(fig, "accuracy")
 
     fig, ax = plt.subplots(figsize=(max(5, 1.4 * len(runs) + 2), 4))
