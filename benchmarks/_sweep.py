@@ -105,7 +105,10 @@ def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_a
     results = []
     for path in paths:
         with open(path) as fh:
-            results.append(json.load(fh))
+            metrics = json.load(fh)
+        # when the run was trained (its file is written once): reused runs keep their own time
+        metrics["saved"] = time.strftime("%Y-%m-%d %H:%M", time.localtime(os.path.getmtime(path)))
+        results.append(metrics)
     return results
 
 

@@ -63,6 +63,8 @@ GRAPHS = {
     "syn500k": ["--dataset", "synthetic", "--nodes", 500_000, "--avg-degree", 20],
     # for confirmation only: defaults chosen on the two graphs above are judged here unchanged
     "confirm320k": ["--dataset", "synthetic", "--nodes", 320_000, "--avg-degree", 14, "--data-seed", 11],
+    # the graph BNS-GCN's own code was measured on (benchmarks/peers.json)
+    "syn300k-d16": ["--dataset", "synthetic", "--nodes", 300_000, "--avg-degree", 16, "--feat-dim", 100],
     "cora": ["--dataset", os.path.join(SHARED, "cora.npz")],
     "citeseer": ["--dataset", os.path.join(SHARED, "citeseer.npz")],
 }
@@ -125,7 +127,7 @@ def summarize_run(metrics: dict, name: str) -> dict:
     cpu = [e["cpu_s"] for e in measured if e.get("cpu_s") is not None]
     cores = os.cpu_count() or 1  # the emulated machines share this host's cores
     steal = [e["steal_s"] for e in measured if e.get("steal_s") is not None]
-    return dict(name=name, config=config,
+    return dict(name=name, config=config, saved=metrics.get("saved"),
                 epochs=len(epochs), train_time_s=t,
                 epoch_s=statistics.mean(e["time_s"] for e in measured), breakdown=breakdown,
                 # the trainers' CPU time per epoch (summed) over the host's cores: the epoch compute

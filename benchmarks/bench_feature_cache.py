@@ -53,10 +53,12 @@ def _example(path: str | None, into: str) -> str:
     return dest
 
 
-def _partition(work: str, parts: int, nodes: int, feat_dim: int) -> str:
+def _partition(work: str, parts: int, nodes: int, feat_dim: int, extra=()) -> str:
+    """A generated graph partitioned for ``parts`` machines (``extra``: more dataset flags, such
+    as ``--avg-degree``)."""
     out = os.path.join(work, f"parts{parts}")
     subprocess.run([sys.executable, "-m", "dgl_sni.cli", "partition", "--dataset", "synthetic",
-                    "--nodes", str(nodes), "--feat-dim", str(feat_dim), "--parts", str(parts),
+                    "--nodes", str(nodes), "--feat-dim", str(feat_dim), *map(str, extra), "--parts", str(parts),
                     "--out", out, "--graph-name", "graph"], check=True, cwd=ROOT,
                    env=dict(os.environ, PYTHONPATH=ROOT))
     return os.path.join(out, "graph.json")

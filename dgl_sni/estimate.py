@@ -168,10 +168,22 @@ def load(paths: list, cores: int | None = None) -> list:
             continue
         cl, measured = from_metrics(m, cores)
         link = cfg.get("bandwidth") or "unshaped"
-        name = (f"{os.path.basename(os.path.dirname(file))}: {cfg['preset']} interval {cl.interval}, "
-                f"{cl.bits}-bit, {link}")
+        name = (f"{graph_label(cfg, m.get('partition', {}))}, {cl.workers} workers: {cfg['preset']} interval "
+                f"{cl.interval}, {cl.bits}-bit, {link}")
         runs.append((name, cl, measured))
     return runs
+
+
+def graph_label(cfg: dict, partition: dict) -> str:
+    """A short name of a run's graph: a dataset file's name, or ``syn<nodes>k d<degree>[ s<seed>]``
+    for a generated one. Runs of the same graph and settings are one configuration wherever
+    their files were saved (a sweep's comparison and its scaling runs, say)."""
+    dataset = str(cfg.get("dataset", "?"))
+    if dataset != "synthetic":
+        return os.path.splitext(os.path.basename(dataset))[0]
+    nodes = partition.get("num_nodes") or cfg.get("nodes") or 0
+    seed = cfg.get("data_seed") or 0
+    return f"syn{nodes / 1000:g}k d{cfg.get('avg_degree', 0):g}" + (f" s{seed}" if seed else "")
 
 
 def fit(runs: list) -> Costs:
@@ -213,7 +225,7 @@ def _nonneg(a: np.ndarray, b: np.ndarray, upper=None) -> list:
 
 
 def check(costs: Costs, runs: list) -> list:
-    """Per configuration (the runs of one name: seeds, repeats): the median measured mean
+    """Per configuration (the runs of one graph, cluster and settings: seeds, repeats, sweeps): the median measured mean
     epoch, the estimate and its relative error, and the largest error of a single run."""
     groups = {}
     for name, cl, me in runs:

@@ -70,11 +70,11 @@ def partition_block(data, owned_ids):
 
 def conv_inputs(model, block, x, step):
     """The rows each layer after the input layer read in ``model``'s pass over the whole graph."""
-    captured, seen, hooks = [], set(), []
+    captured, seen, hooks = [], {}, []
 
     def record(module, args):
         if id(args[1]) not in seen:
-            seen.add(id(args[1]))
+            seen[id(args[1])] = args[1]  # kept alive: a freed tensor's id could be a later one's
             captured.append(args[1].detach())
     for sub in model.module.modules():
         if isinstance(sub, (dgl.nn.GraphConv, dgl.nn.GINConv, dgl.nn.GATConv)):
