@@ -404,6 +404,11 @@ def plots(data: dict) -> list:
                                   floor=max(0.0, (target or 0.5) - 0.3))
             save(fig, f"comparison-{graph}-{link}")
 
+    drawn = {os.path.basename(w)[:-4] for w in written}
+    for old in glob.glob(os.path.join(FIGURES, "comparison-*.*")):  # another suite's graphs: not in this report
+        if os.path.splitext(os.path.basename(old))[0] not in drawn:
+            os.remove(old)
+
     sc = data["scaling"]
     fig, ax = plt.subplots(figsize=(7, 4))
     labels, x, stale_labelled = [], 0, False

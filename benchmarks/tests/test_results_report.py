@@ -63,6 +63,8 @@ def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
     monkeypatch.setattr(rr, "FIGURES", str(tmp_path / "figures"))
     monkeypatch.setattr(rr, "README", str(readme))
     data = _data()
+    (tmp_path / "figures").mkdir()
+    (tmp_path / "figures" / "comparison-cora-1gbit.png").write_text("another suite's figure")
     rr.plots(data)
     rr.write_report(data, "python benchmarks/results_report.py")
     doc = (tmp_path / "RESULTS.md").read_text()
