@@ -69,6 +69,7 @@ def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
     rr.write_report(data, "python benchmarks/results_report.py")
     doc = (tmp_path / "RESULTS.md").read_text()
     assert "at commit abc1234" in doc and "| fast | 123 | 3.25 |" in doc  # 0.4 / 0.123 per epoch
+    assert "Machine: 2 cores, 23.5 GiB, Linux 6, Python 3.11.7" in doc and "{" not in doc
     assert "Skipped (dataset not present): cora." in doc and "Not run: no copy." in doc
     assert "no namespace, shared-memory segment or run folder was left behind" in doc
     assert "| BNS-GCN's code, p = 0.1 | 490-510 | no | - | 0.8686 | -0.019 |" in doc
