@@ -323,10 +323,8 @@ def missing_parts(data: dict) -> list:
         if graph in data["comparison"].get("skipped", []):
             continue
         for link in suite["links"]:
-            part = have.get(graph, {}).get(link)
-            seeds = [int(k) for k in part.get("by_seed", {})] if part else []
-            if part and "by_seed" not in part:
-                seeds = list(suite["seeds"])
+            part = have.get(graph, {}).get(link) or {}
+            seeds = part.get("measured", {}).get("seeds", [int(k) for k in part.get("by_seed", {})])
             lacking = [s for s in suite["seeds"] if s not in seeds]
             if lacking:
                 out.append(f"{graph}/{link} seed{'s' if len(lacking) > 1 else ''} {', '.join(map(str, lacking))}")
