@@ -32,7 +32,8 @@ MODEL = dict(layers=3, hidden=16, dropout=0.5, lr=0.01, weight_decay=5e-4, seed=
 # the stale settings of dgl-sni train's fast configuration, every one named
 FAST = dict(sync_interval=2, warmup=5, predictor="cache", sampling_ratio=0.1, stale_grad="last",
             sync_policy="fixed", smooth=0.75, quantize=8, stale_halo="summed", sync_halo="auto",
-            measure_staleness=False, stale_eval=False, transfer=True, agent="process")
+            measure_staleness=False, stale_eval=False, transfer=True, agent="process", row_average=0.0,
+            grad_average=0.0)
 EXACT = dict(sync_interval=1, warmup=5, predictor="cache", sampling_ratio=0.1, stale_grad="last",
              sync_policy="fixed", smooth=0.75, quantize=0, stale_halo="rows", sync_halo="rows",
              measure_staleness=False, stale_eval=False, transfer=True, agent="process")

@@ -21,8 +21,15 @@ run the built-in models (:class:`~dgl_sni.models.TrainableModel`):
 What cannot work is refused when the model is wrapped, naming the layer (:func:`check_module`):
 a forward without blocks, batch statistics (they would be each worker's own), layers that
 propagate several hops in one call (the exchange supplies one hop of halo rows per layer).
-Layers taken this way take their halo rows as rows at every step: a stale step serves them
-(the built-in GCN and SAGE layers also have the summed path, :mod:`dgl_sni.halo.sums`).
+
+**Summed halo rows.** A layer linear in its source rows (DGL's ``GraphConv``, ``SAGEConv``
+with mean or gcn aggregation, ``GINConv`` with sum or mean, or a module declaring
+:class:`~dgl_sni.linear_layers.SumsHaloRows`) that is the only reader of its exchanged rows is
+declared to take a sum (:meth:`BlockModel.halo_takes`); where the step's plan gives it form
+``SUM`` (the stale steps of ``--stale-halo summed``), its call aggregates the owned rows only
+and adds the sum of its halo rows, kept from one stale step to the next
+(:mod:`dgl_sni.linear_layers`). Every other step, and every other layer, runs DGL's own code
+over whole rows.
 """
 from __future__ import annotations
 
@@ -38,7 +45,8 @@ from dgl.heterograph import DGLBlock
 
 from storage_tier.block import GraphBlock
 from .dropout import derive_seed, keyed_dropout
-from .halo.rows import Form, HaloRows
+from .halo.rows import ROWS_ONLY, Form, HaloRows, Takes
+from .linear_layers import summing
 from .models import TrainableModel, identity_exchange
 
 _DROPOUT_TAG = 3  # keyed dropout of a user's nn.Dropout (the built-in models use 1 and 2)
@@ -135,6 +143,8 @@ class _Pass(threading.local):
     step: int = 0
     exchanged: dict | None = None  # id(rows) -> (rows, [owned; halo]) of this pass
     calls: dict | None = None  # dropout module index -> calls in this pass
+    split: object = None  # the block's BlockSplit where some layer takes a sum
+    summed: dict | None = None  # id(module) -> (layer, owned rows): a call that takes its halo rows summed
 
 
 class KeyedDropout(nn.Module):
@@ -196,9 +206,16 @@ class BlockModel(nn.Module, TrainableModel):
         self.module = module
         self.num_blocks = num_blocks
         self._keyed_dropout()
-        self._probe = None
+        self._probe = None  # while exchange_dims runs: the widths found, in order
+        self._readers = None  # while it runs: per exchanged layer, the modules that read its rows
+        self._layout = None  # (id(block), widths, takes) of the last probe
+        self._summing = {}  # id(module) -> its SumsHaloRows, for the modules linear in their sources
         for name, sub in self.module.named_modules():
             sub.register_forward_pre_hook(self._pre_hook(name or type(module).__name__), with_kwargs=True)
+            adapter = summing(sub)
+            if adapter is not None:
+                self._summing[id(sub)] = adapter
+                self._take_sums(sub, adapter)
 
     def _keyed_dropout(self) -> None:
         index = 0
@@ -213,6 +230,28 @@ class BlockModel(nn.Module, TrainableModel):
                                      "by node (use nn.Dropout)")
 
     # ------------------------------------------------------------------ halo rows
+    def _take_sums(self, module: nn.Module, adapter) -> None:
+        """Let ``module`` take its halo rows summed where the pre-hook found its call planned so:
+        its forward is wrapped, DGL's own forward running every other call."""
+        original, state = module.forward, self._state
+
+        def forward(graph, feat=None, *args, **kwargs):
+            pending = state.summed.pop(id(module), None) if state.summed else None
+            if pending is None:
+                return original(graph, feat, *args, **kwargs) if feat is not None \
+                    else original(graph, *args, **kwargs)
+            if args or any(v is not None for v in kwargs.values()):
+                raise ModelError(f"layer {type(module).__name__} was called with more than its rows "
+                                 f"({len(args)} more arguments, {sorted(kwargs)}): it cannot take its halo rows "
+                                 "summed (use --stale-halo rows)")
+            layer, owned = pending
+            halo, split = state.halo, state.split
+            scale = adapter.halo_scale(module, graph)
+            owned = halo.start_halo(layer, owned)
+            return adapter.forward_summed(module, graph, split, owned, halo.halo_sum(layer, owned, split, scale))
+
+        module.forward = forward
+
     def _pre_hook(self, name: str):
         def hook(module, args, kwargs):
             state = self._state
@@ -228,53 +267,70 @@ class BlockModel(nn.Module, TrainableModel):
                                  "one of the blocks forward() received: a model must run its layers on those "
                                  "blocks (it cannot read a graph of its own)")
             if len(args) > 1:
-                feat = self._sources(args[1])
+                feat = self._sources(args[1], module)
                 if feat is not args[1]:
                     return (args[0], feat, *args[2:]), kwargs
             elif "feat" in kwargs:
-                feat = self._sources(kwargs["feat"])
+                feat = self._sources(kwargs["feat"], module)
                 if feat is not kwargs["feat"]:
                     return args, dict(kwargs, feat=feat)
             return None
         return hook
 
-    def _sources(self, feat):
-        """``feat`` with the halo rows after the owned ones where it holds the owned rows only."""
+    def _sources(self, feat, module: nn.Module):
+        """``feat`` with the halo rows after the owned ones where it holds the owned rows only
+        (where the plan sums the layer's halo rows: ``feat`` itself, and ``module``'s call
+        takes their sum)."""
         if isinstance(feat, tuple):
-            return (self._sources(feat[0]), *feat[1:])
-        block = self._state.block
+            return (self._sources(feat[0], module), *feat[1:])
+        state = self._state
+        block = state.block
         if not torch.is_tensor(feat) or block.num_src == block.num_dst or feat.shape[0] != block.num_dst:
             return feat
-        seen = self._state.exchanged
+        seen = state.exchanged
         if id(feat) in seen:
-            return seen[id(feat)][1]
+            layer, full = seen[id(feat)][1:]
+            if self._readers is not None:
+                self._readers[layer - 1].append(module)
+            if full is None:
+                raise RuntimeError(f"the rows exchanged before layer {layer} are read by a second module "
+                                   f"({type(module).__name__}) where the plan sums them for the first")
+            return full
         layer = len(seen) + 1
-        halo = self._state.halo
+        halo = state.halo
         if self._probe is not None:
             if feat.dim() != 2:
                 raise ModelError(f"the rows exchanged before layer {layer} have shape {list(feat.shape)}: "
                                  "rows are exchanged as [rows, width] (flatten heads before the next layer)")
             self._probe.append(int(feat.shape[1]))
+            self._readers.append([module])
             full = torch.cat((feat, feat.new_zeros(block.num_src - block.num_dst, feat.shape[1])))
+        elif halo.form(layer) is Form.SUM:
+            if id(module) not in self._summing:
+                raise RuntimeError(f"the plan sums the halo rows of layer {layer}, which {type(module).__name__} "
+                                   "reads whole (it declared rows)")
+            state.summed[id(module)] = (layer, feat)
+            full = None
         else:
-            if halo.form(layer) is Form.SUM:  # rows apart are taken whole (as the built-in GAT does)
-                raise ModelError(f"a model of DGL layers takes its halo rows as rows, not summed (layer {layer}): "
-                                 "use --stale-halo rows")
             full = halo(layer, feat)
-        seen[id(feat)] = (feat, full)  # the rows are kept so that the id stays theirs
-        return full
+        seen[id(feat)] = (feat, layer, full)  # the rows are kept so that the id stays theirs
+        return feat if full is None else full
 
     # ------------------------------------------------------------------ TrainableModel
     def forward(self, block: GraphBlock, x_src: torch.Tensor, halo: HaloRows = identity_exchange,
                 step: int = 0, dropout_seed: int = 0, split=None) -> torch.Tensor:
         state = self._state
         graph = self._graph(block)
-        state.block, state.graph, state.halo = block, graph, halo
-        state.seed, state.step, state.exchanged, state.calls = dropout_seed, step, {}, {}
+        state.block, state.graph, state.halo, state.split = block, graph, halo, split
+        state.seed, state.step, state.exchanged, state.calls, state.summed = dropout_seed, step, {}, {}, {}
         try:
             out = self.module([graph] * self.num_blocks, x_src)
+            if state.summed:
+                raise RuntimeError(f"layer {next(iter(state.summed.values()))[0]}'s summed halo rows were never "
+                                   "taken: the module that read them did not run its forward")
         finally:
             state.block = state.graph = state.halo = state.exchanged = state.calls = None
+            state.split = state.summed = None
         if not torch.is_tensor(out) or out.dim() != 2 or out.shape[0] != block.num_dst:
             shape = list(out.shape) if torch.is_tensor(out) else type(out).__name__
             raise ModelError(f"{type(self.module).__name__}.forward returned {shape}: it must return one row of "
@@ -291,24 +347,35 @@ class BlockModel(nn.Module, TrainableModel):
         """Width of the rows exchanged before each layer that takes halo rows, found by one
         forward pass over ``block`` (eval mode, no gradient) with zeros for the halo rows;
         ``None`` where ``block`` has no halo rows to show them."""
+        layout = self._probe_layout(block, x_src)
+        return None if layout is None else list(layout[0])
+
+    def halo_takes(self, block: GraphBlock, x_src: torch.Tensor) -> list:
+        """The input layer takes whole rows (the features, given whole to the module); an
+        exchanged layer takes a sum where its rows have one reader, linear in its sources
+        (:func:`~dgl_sni.linear_layers.summing`), else whole rows."""
+        layout = self._probe_layout(block, x_src)
+        return [ROWS_ONLY] if layout is None else [ROWS_ONLY] + list(layout[1])
+
+    def _probe_layout(self, block: GraphBlock, x_src: torch.Tensor):
+        """``(widths, takes)`` of the exchanged layers, from one forward pass over ``block``
+        (eval mode, no gradient) with zeros for the halo rows; ``None`` without halo rows."""
         if block.num_src == block.num_dst:
             return None
-        was_training, self._probe = self.training, []
+        if self._layout is not None and self._layout[0] is block:
+            return self._layout[1:]
+        was_training, self._probe, self._readers = self.training, [], []
         try:
             self.eval()
             with torch.no_grad():
                 self(block, x_src)
-            return list(self._probe)
+            takes = [Takes(sum=True) if len(readers) == 1 and id(readers[0]) in self._summing else ROWS_ONLY
+                     for readers in self._readers]
+            self._layout = (block, list(self._probe), takes)
+            return self._layout[1:]
         finally:
-            self._probe = None
+            self._probe = self._readers = None
             self.train(was_training)
 
     def exchanged_parameters(self):
         return self.parameters()
-
-    def halo_paths(self, dims: list, summed: bool) -> list:
-        return ["rows"] * len(dims)
-
-    @property
-    def sums_halo_rows(self) -> bool:
-        return False

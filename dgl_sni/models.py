@@ -30,7 +30,7 @@ from .projection import project
 
 from .config import MODEL_NAMES  # declared without DGL
 
-from .halo.rows import Form, HaloRows, WholeGraph
+from .halo.rows import ROWS_ONLY, SPLITS, Form, HaloRows, WholeGraph
 from .halo.sums import BlockSplit  # noqa: F401 (annotations)
 
 
@@ -389,25 +389,21 @@ class TrainableModel(abc.ABC):
     * ``exchange_dims(block, x_src)``: the width of the rows exchanged before each layer that
       takes halo rows (the exchange's tensors are made for them; ``None``: ``block`` cannot
       show them, it has no halo rows);
+    * ``halo_takes(block, x_src)``: what each layer can take its halo rows as
+      (:class:`~dgl_sni.halo.rows.Takes`; index 0 the input layer, then one per exchanged
+      layer): the step planner chooses every form from it;
     * ``exchanged_parameters()``: the parameters the exchanged rows depend on (a schedule
-      that watches weight drift watches these);
-    * ``halo_paths(dims, summed)``: per exchanged layer, how its stale steps take halo rows
-      (``summed`` or ``rows``; the metrics' ``in_effect``);
-    * ``sums_halo_rows``: every layer can take its halo rows summed.
+      that watches weight drift watches these).
     """
 
     @abc.abstractmethod
     def exchange_dims(self, block: GraphBlock, x_src: torch.Tensor) -> list | None: ...
 
     @abc.abstractmethod
+    def halo_takes(self, block: GraphBlock, x_src: torch.Tensor) -> list: ...
+
+    @abc.abstractmethod
     def exchanged_parameters(self): ...
-
-    @abc.abstractmethod
-    def halo_paths(self, dims: list, summed: bool) -> list: ...
-
-    @property
-    @abc.abstractmethod
-    def sums_halo_rows(self) -> bool: ...
 
 
 class FullGraphGNN(nn.Module, TrainableModel):
@@ -454,8 +450,9 @@ class FullGraphGNN(nn.Module, TrainableModel):
     def exchanged_parameters(self):
         return (p for layer in self.layers[:-1] for p in layer.parameters())
 
-    def halo_paths(self, dims: list, summed: bool) -> list:
-        return ["summed" if summed and isinstance(layer, HaloLinear) else "rows" for layer in self.layers[1:]]
+    def halo_takes(self, block: GraphBlock, x_src: torch.Tensor) -> list:
+        """GCN and SAGE layers split their halo rows (apart or summed); GAT's attend over every row."""
+        return [SPLITS if isinstance(layer, HaloLinear) else ROWS_ONLY for layer in self.layers]
 
     def forward(self, block: GraphBlock, x_src: torch.Tensor, halo: HaloRows = identity_exchange,
                 step: int = 0, dropout_seed: int = 0, split: "BlockSplit | None" = None) -> torch.Tensor:
@@ -474,10 +471,8 @@ class FullGraphGNN(nn.Module, TrainableModel):
             drop, act = self._dropper(step, i, dropout_seed), self._activation(i)
             form = Form.SUM if i == 0 and summed_input else halo.form(i) if i > 0 else Form.ROWS
             if form is not Form.ROWS and not isinstance(layer, HaloLinear):
-                if form is Form.SUM:
-                    raise ValueError(f"{self.model_name.upper()} is not linear in its halo rows: it cannot "
-                                     "take summed halo rows (use --stale-halo rows)")
-                form = Form.ROWS  # GAT attends over every halo row
+                raise RuntimeError(f"layer {i} ({type(layer).__name__}) takes whole halo rows, as it declares "
+                                   f"(halo_takes), but the step's plan gives it form {form.value}")
             if form is Form.SUM:
                 h = self._summed(layer, i, h, split, halo, drop, act)
             elif form is Form.APART:
@@ -534,11 +529,6 @@ class FullGraphGNN(nn.Module, TrainableModel):
         scale = layer.halo_scale(split.halo)
         mask = None if drop is None else drop.mask(split.halo.src_keys, "feat")
         return layer.combine(split, h_own, local, halo.halo_sum(i, h, split, scale, mask), act=act)
-
-    @property
-    def sums_halo_rows(self) -> bool:
-        """Every layer is linear in its halo rows (GCN, SAGE): they can take them summed."""
-        return all(isinstance(layer, HaloLinear) for layer in self.layers)
 
     @staticmethod
     def _summed(layer: "HaloLinear", i: int, h: torch.Tensor, split: "BlockSplit", halo: HaloRows,

@@ -103,10 +103,6 @@ class TierModel(nn.Module):
         """The parameters the exchanged rows depend on (every layer's but the last)."""
         return (p for layer in self.layers[:-1] for p in layer.parameters())
 
-    def halo_paths(self, dims: list, summed: bool) -> list:
-        """How each exchanged layer's stale steps take halo rows: as rows, unit by unit."""
-        return ["rows"] * len(dims)
-
     # ------------------------------------------------------------------ dropout
     def set_step(self, step: int, seed: int) -> None:
         """Key dropout masks by optimisation step and seed (as FullGraphGNN's forward does)."""

@@ -37,6 +37,7 @@ from .config import add_train_arguments, from_args, load_sweep, parse_bytes
 from .halo import id_sets
 from .halo.exchange import KVHaloExchange
 from .halo.plan import HaloPlanner, sync_halo_form
+from .halo.rows import ROWS_ONLY
 from .halo.wire import HaloWire
 from .halo.tensors import LayerTensors
 from .metrics import Counters, host_steal_s, merge_epoch, peak_rss_mb, summarize, write_metrics
@@ -76,6 +77,13 @@ def _check_server_port(ip_config: str) -> None:
 # epochs whose records are gathered at once: a gather of Python objects after every epoch
 # cost about 5% of the wall time of a 200k-node run at interval 2 (py-spy, rank 0)
 MERGE_EVERY = 16
+
+
+def halo_paths(ran: dict, num_layers: int) -> list:
+    """Per exchanged layer, how the run's stale steps took its halo rows (``summed`` or
+    ``rows``), from what the exchange did (:meth:`~dgl_sni.halo.exchange.KVHaloExchange.ran`)."""
+    stale = ran["halo_forms"].get("stale", {})
+    return ["summed" if "sum" in stale.get(str(layer), {}) else "rows" for layer in range(1, num_layers + 1)]
 
 
 class WorkerSession:
@@ -129,13 +137,17 @@ class WorkerSession:
                                               tier_root=tier_root, quantize=quantize, pipeline=pipeline)
         return self._tensors[key]
 
-    def exchange_dims(self, m, view, num_classes: int) -> list:
-        """The width of the rows exchanged before each layer that takes halo rows. A model of
-        the user's shows them in a forward pass over a block with halo rows: every trainer
-        that has one runs it, and all take the first such trainer's widths."""
-        mine = build(m, view.x_src.shape[1], num_classes).exchange_dims(view.block, view.x_src)
+    def exchange_layout(self, m, view, num_classes: int) -> tuple:
+        """``(dims, takes)``: the width of the rows exchanged before each layer that takes halo
+        rows, and what each layer can take them as (the input layer first:
+        :meth:`~dgl_sni.models.TrainableModel.halo_takes`). A model of the user's shows them
+        in a forward pass over a block with halo rows: every trainer that has one runs it, and
+        all take the first such trainer's."""
+        model = build(m, view.x_src.shape[1], num_classes)
+        dims = model.exchange_dims(view.block, view.x_src)
+        mine = None if dims is None else (dims, model.halo_takes(view.block, view.x_src))
         found = [d for d in self.collective.all_gather_object(mine) if d is not None]
-        return found[0] if found else []
+        return found[0] if found else ([], [ROWS_ONLY])
 
     def num_classes(self, view) -> int:
         num_classes = self.meta.get("num_classes")
@@ -149,7 +161,9 @@ class WorkerSession:
         view, owned_gids, halo_gids = self.view(cfg.model.arch)
         num_classes = self.num_classes(view)
         m = cfg.model
-        dims = self.exchange_dims(m, view, num_classes)
+        dims, takes = self.exchange_layout(m, view, num_classes)
+        if cfg.tier.storage_tier:
+            takes = [ROWS_ONLY] * len(takes)  # the tier's engine reads rows unit by unit
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         pipelined = cfg.pipelined and collective.world_size > 1
         tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
@@ -164,7 +178,7 @@ class WorkerSession:
         planner = HaloPlanner(sni, counters, halo_gids.numpy(), tensors.dims, agent=agent, edge_counts=edge_counts,
                               bits=tensors.quantize, tier_backed=tensors.tier_root is not None,
                               pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo,
-                              sample=cfg.sni.halo_sample)
+                              sample=cfg.sni.halo_sample, takes=takes)
         wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
                         published=self.rows_peers_read(cfg.model.arch),
                         barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive")
@@ -212,6 +226,7 @@ class WorkerSession:
             exchange.close(complete=finished)  # on an error, wait for no peer
             if cfg.tier.storage_tier:
                 trainer.close()
+        ran = exchange.ran()  # what the training steps did (every rank plans alike)
         rss = collective.all_gather_object(peak_rss_mb())
         if rank != 0:
             return None
@@ -223,9 +238,8 @@ class WorkerSession:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
                           in_effect=dict(quantize=cfg.sni.quantize, smooth=cfg.sni.smooth,
                                          stale_halo="summed" if cfg.stale_sums else "rows",
-                                         halo_paths=trainer.model.halo_paths(dims, cfg.stale_sums),
-                                         sync_halo=sync_halo,
-                                         allocator=allocator_in_use()))
+                                         halo_paths=halo_paths(ran, len(dims)), sync_halo=sync_halo,
+                                         **ran, allocator=allocator_in_use()))
         return summary
 
     def _resume(self, trainer, cfg) -> int:

@@ -7,7 +7,6 @@ from typing import ClassVar
 from .options import option
 
 MODEL_NAMES = ("gcn", "sage", "gat")  # dgl_sni.models
-SUMMABLE_MODELS = ("gcn", "sage")  # layers linear in each halo row (dgl_sni.models.HaloLinear)
 CUSTOM_MODEL = "custom"  # what a run of --model-file is, where settings depend on the model (presets, blocks)
 
 

@@ -1,47 +1,31 @@
-"""Named presets: the settings a user picks by one name instead of one by one.
+"""Named presets, and the one table of where a context cannot take a preset's value.
 
-A preset sets the few settings that differ between exact and stale training; every
-other setting keeps its one default (:class:`~dgl_sni.config.SNIConfig`), and a setting
-given explicitly (a flag, a key of ``DGL_SNI_CONFIG`` or of a sweep entry) wins over both.
-Where a preset's value cannot apply to a run, the setting falls back, and the metrics'
-``config`` shows the value that ran:
+A preset sets the few settings that differ between exact and stale training; every other
+setting keeps its one default (:class:`~dgl_sni.config.SNIConfig`), and a setting given
+explicitly (a flag, a key of ``DGL_SNI_CONFIG`` or of a sweep entry) wins over both.
 
-* summed halo rows (``stale_halo summed``) need layers linear in their halo rows, in memory:
-  GAT and the storage tier take rows (and their sync epochs take rows too);
-* 8- or 4-bit rows (``quantize``) need the rows in memory and a step that waits for them:
-  the storage tier and the pipelined policy move float32 rows;
-* the pipelined policy has no agent, whose rows are smoothed: ``smooth`` 0 there;
-* rows and gradients averaged over steps (``row_average``, ``grad_average``) need the owned rows
-  in memory at every step and the exchange's own gradients: the storage tier, the pipelined
-  policy and the stock-script switch do without, and ``fast`` there syncs every 2nd epoch and
-  smooths the synced rows over syncs (the stale configuration measured before averaging). So
-  does SAGE (not in ``AVERAGED_MODELS``: with averaging its stale runs never reached its exact
-  runs' accuracy);
-* GAT (not in ``STALE_MODELS``) trains at ``fast`` as at ``exact``: its stale runs, averaged
-  or not, did not reach its exact run's accuracy, and its stale epochs were only 1.2x faster;
-* a model of the user's (``--model-file``, ``custom``) takes the unaveraged configuration with
-  rows: its layers are DGL's, which take halo rows as rows (:mod:`dgl_sni.block_model`);
-* the stock-script switch moves a script's rows through DGL as they are: no smoothing, no
-  quantization, no summed rows (its halo gradients are the script's own business).
+``fast`` is one configuration. Where a run's context cannot take one of its values, a row of
+:data:`RULES` says what it takes instead and why, with the measurement or the mechanism behind
+it. The rows are the only place such exceptions live: :func:`expand` applies them (a setting
+not given takes the row's value; a refused value given explicitly is an error naming the row's
+reason), ``--help`` prints them (:func:`describe`), and the stock-script switch refuses what
+its rows refuse. The metrics' ``config`` shows the values that ran, and ``in_effect`` what the
+exchange did with them.
 
 ``dgl-sni train`` runs ``exact`` unless told otherwise; the stock-script switch runs
 ``fast`` (turning it on asks for stale rows: at ``exact`` it would serve none).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
-from .model import CUSTOM_MODEL, SUMMABLE_MODELS
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Preset:
-    """The settings a preset sets, one line on why, and what it sets instead where rows and
-    gradients cannot be averaged over steps (``unaveraged``)."""
+    """The settings a preset sets, and one line on what they do."""
 
     values: dict
     why: str
-    unaveraged: dict = field(default_factory=dict)
 
 
 PRESETS = {
@@ -50,18 +34,13 @@ PRESETS = {
     "fast": Preset(dict(sync_interval=8, quantize=8, row_average=0.9, grad_average=0.9, smooth=0.0),
                    "halo rows and gradients exchanged every 8th epoch after a warm-up of 5, 8-bit on the wire, "
                    "each averaged over the steps before (rows by their owners, gradients by their senders); "
-                   "stale epochs take the last ones (rows as their sum) and send nothing; SAGE syncs every 2nd "
-                   "epoch without averaging, GAT trains as at exact",
-                   unaveraged=dict(sync_interval=2, smooth=0.75, row_average=0.0, grad_average=0.0)),
+                   "stale epochs take the last ones and send nothing; a layer linear in its halo rows "
+                   "(GCN, SAGE, DGL's GraphConv, SAGEConv mean/gcn, GINConv sum/mean) takes them as their sum"),
 }
 PRESET_NAMES = tuple(PRESETS)
-# the models whose stale epochs were measured to train like exact ones with rows and gradients
-# averaged over steps (docs/design-choices.md); the others take the unaveraged configuration
-AVERAGED_MODELS = ("gcn",)
-# the models for which stale epochs were measured to pay at all: GAT's epoch is bound by its
-# own compute, and its stale runs did not reach the exact run's accuracy, so `fast` trains it
-# as `exact` does
-STALE_MODELS = ("gcn", "sage", CUSTOM_MODEL)
+# how stale rows are served: a run that asks for stale epochs (--sync-interval above 1) without
+# naming a preset gets fast's, the ones measured to train best, and keeps exact's float32 rows
+STALE_SETTINGS = ("row_average", "grad_average", "smooth")
 TRAIN_PRESET = "exact"  # dgl-sni train's
 SWITCH_PRESET = "fast"  # the stock-script switch's (DGL_SNI=1)
 
@@ -70,35 +49,116 @@ SWITCH_PRESET = "fast"  # the stock-script switch's (DGL_SNI=1)
 class Context:
     """What a run is, as far as a preset's values depend on it."""
 
-    model: str = "gcn"
+    model: str = "gcn"  # a built-in model, or "custom" (a model file)
     storage_tier: bool = False
     switch: bool = False  # the stock-script switch (a DistDGL script of the user's own)
+
+    def is_(self, name: str, values: dict) -> bool:
+        """Whether this run is in the context ``name`` of a :class:`Rule` (``values``: its settings so far)."""
+        if name.startswith("model="):
+            return not self.switch and self.model == name[len("model="):]
+        if name == "pipelined":
+            return values.get("sync_policy") == "pipeline"
+        return bool(getattr(self, name))
+
+
+@dataclass(frozen=True)
+class Rule:
+    """In ``context`` (``switch``, ``storage_tier``, ``pipelined`` or ``model=NAME``), the
+    setting ``setting`` takes ``value`` where not given, because ``why``; with ``refuse``, a
+    value given explicitly other than ``value`` is an error (the context cannot run it).
+    ``evidence``: where the measurement or the mechanism is written down."""
+
+    context: str
+    setting: str
+    value: object
+    why: str
+    refuse: bool = False
+    evidence: str = ""
+
+
+_FILES = "its rows live in files, read unit by unit"
+_SCRIPT = "a stock script moves its own rows and gradients through DGL"
+RULES = (
+    # the storage tier: rows are read from the owners' files as float32, unit by unit
+    Rule("storage_tier", "row_average", 0.0, f"no rows averaged over steps: {_FILES}", refuse=True),
+    Rule("storage_tier", "grad_average", 0.0, f"no gradients averaged over steps: {_FILES}", refuse=True),
+    Rule("storage_tier", "quantize", 0, "tier-backed rows are served from the owners' files as float32",
+         refuse=True),
+    Rule("storage_tier", "stale_halo", "rows", f"its layers take whole rows: {_FILES}", refuse=True),
+    Rule("storage_tier", "sync_interval", 2, "without averaging, stale epochs every 2nd epoch with the smoothed "
+         "cache trained like exact ones", evidence="docs/design-choices.md#the-unaveraged-fallback"),
+    Rule("storage_tier", "smooth", 0.75, "without averaging, the cache serves the synced rows smoothed over syncs",
+         evidence="docs/design-choices.md#the-unaveraged-fallback"),
+    # the pipelined policy (PipeGCN): every step exchanges, one step late; no agent
+    Rule("pipelined", "row_average", 0.0, "a pipelined step publishes the rows it computes", refuse=True),
+    Rule("pipelined", "grad_average", 0.0, "a pipelined step pushes the gradients it computes", refuse=True),
+    Rule("pipelined", "quantize", 0, "pipelined rows move as float32 while the step computes"),
+    Rule("pipelined", "smooth", 0.0, "it has no agent, whose rows are smoothed", refuse=True),
+    # the stock-script switch
+    Rule("switch", "sync_interval", 2, "without averaging, stale epochs every 2nd epoch trained like exact ones",
+         evidence="docs/design-choices.md#the-unaveraged-fallback"),
+    Rule("switch", "smooth", 0.0, "the switch serves the synced rows as a script's pulls observe them", refuse=True),
+    Rule("switch", "quantize", 0, f"{_SCRIPT} (float32)", refuse=True),
+    Rule("switch", "stale_halo", "rows", f"{_SCRIPT}: its layers take whole rows", refuse=True),
+    Rule("switch", "row_average", 0.0, f"{_SCRIPT}: the owners publish what the script writes", refuse=True),
+    Rule("switch", "grad_average", 0.0, f"{_SCRIPT}: the script pushes its own gradients", refuse=True),
+    Rule("switch", "sync_policy", "fixed", "the switch serves a script's tensors on the fixed schedule (the "
+         "drift, guarded and adaptive policies read the trainer's weights, loss or rows)", refuse=True),
+)
+MODEL_RULES = (
+    # models whose stale epochs were measured to train worse with averaging, or not to pay
+    Rule("model=sage", "row_average", 0.0, "SAGE's averaged stale runs never reached its exact runs' accuracy",
+         evidence="benchmarks/MEASUREMENTS.md (SAGE and GAT)"),
+    Rule("model=sage", "grad_average", 0.0, "as row_average", evidence="benchmarks/MEASUREMENTS.md (SAGE and GAT)"),
+    Rule("model=sage", "sync_interval", 2, "unaveraged, stale epochs every 2nd epoch trained like exact ones",
+         evidence="benchmarks/MEASUREMENTS.md (SAGE and GAT)"),
+    Rule("model=sage", "smooth", 0.75, "unaveraged, the cache serves rows smoothed over syncs",
+         evidence="benchmarks/MEASUREMENTS.md (SAGE and GAT)"),
+    Rule("model=gat", "preset", "exact", "a GAT epoch is bound by its own compute (stale epochs 1.2x faster) and "
+         "its stale runs did not reach the exact run's accuracy: fast trains it as exact",
+         evidence="benchmarks/MEASUREMENTS.md (SAGE and GAT)"),
+)
+RULES = RULES + MODEL_RULES
+RULE_CONTEXTS = tuple(dict.fromkeys(r.context for r in RULES))
+
+
+def describe(name: str = "fast") -> str:
+    """What preset ``name`` does, and what each context takes instead (for ``--help``)."""
+    text = f"{name}: {PRESETS[name].why}"
+    if name != "fast":
+        return text
+    parts = []
+    for context in RULE_CONTEXTS:
+        rows = [r for r in RULES if r.context == context]
+        parts.append(f"{context.replace('_', ' ')}: " + ", ".join(
+            f"as {r.value}" if r.setting == "preset" else f"{r.setting} {r.value}" for r in rows))
+    return text + ". Where a context cannot take a value: " + "; ".join(parts)
 
 
 def expand(given: dict, context: Context, defaults: dict) -> dict:
     """Every setting of the SNI part: ``defaults``, then the preset's values (``given["preset"]``
-    or the context's preset), then the values in ``given``; settings not given whose value
-    cannot apply in ``context`` fall back (see the module docstring)."""
+    or the context's preset; a stale interval given without a preset adds fast's
+    :data:`STALE_SETTINGS`), then the values in ``given``; then :data:`RULES`: a setting not
+    given takes the value of each row of ``context``, a refused value given is an error."""
     name = given.get("preset", SWITCH_PRESET if context.switch else TRAIN_PRESET)
     if name not in PRESETS:
         raise ValueError(f"unknown preset '{name}': choose one of {', '.join(PRESET_NAMES)}")
     preset = PRESETS[name]
-    if not context.switch and context.model not in STALE_MODELS:
-        preset = PRESETS["exact"]  # stale epochs measured not to pay for this model
+    for rule in RULES:  # a context that runs another preset's values (the name stays the one asked for)
+        if rule.setting == "preset" and name != rule.value and context.is_(rule.context, given):
+            preset = PRESETS[rule.value]
     values = dict(defaults, **preset.values, preset=name)
+    if "preset" not in given and name == TRAIN_PRESET and given.get("sync_interval", 1) > 1:
+        values.update({key: PRESETS["fast"].values[key] for key in STALE_SETTINGS})
     values.update(given)
-
-    def fall_back(key, value, when):
-        if key not in given and when:
-            values[key] = value
-
-    pipeline = values.get("sync_policy") == "pipeline"
-    unaveraged = context.switch or context.storage_tier or pipeline or context.model not in AVERAGED_MODELS
-    for key, value in preset.unaveraged.items():  # owners average rows they hold in memory
-        fall_back(key, value, unaveraged)
-    rows_only = context.switch or context.storage_tier or context.model not in SUMMABLE_MODELS
-    fall_back("stale_halo", "rows", rows_only)
-    fall_back("sync_halo", "rows", values["stale_halo"] == "rows")
-    fall_back("quantize", 0, context.switch or context.storage_tier or pipeline)
-    fall_back("smooth", 0.0, context.switch or pipeline)
+    for rule in RULES:
+        if rule.setting == "preset" or not context.is_(rule.context, values):
+            continue
+        if rule.setting in given:
+            if rule.refuse and given[rule.setting] != rule.value:
+                raise ValueError(f"{rule.setting}={given[rule.setting]!r} cannot apply with "
+                                 f"{rule.context.replace('_', ' ')}: {rule.why} ({rule.setting} {rule.value})")
+        elif name != "exact" or rule.setting != "sync_interval":
+            values[rule.setting] = rule.value
     return values

@@ -9,7 +9,7 @@ from typing import ClassVar
 from dpu_agent.predictors import PREDICTOR_NAMES
 
 from .options import misplaced, option, read_json
-from .presets import PRESET_NAMES, PRESETS, Context, expand
+from .presets import PRESET_NAMES, PRESETS, Context, describe, expand
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip", "last")
@@ -64,8 +64,7 @@ class SNIConfig:
 
     TITLE: ClassVar[str] = "in-network prediction (stale epochs)"
 
-    preset: str = option("exact", "exact: every epoch exchanges float32 halo rows (distributed = single "
-                                  "process); fast: stale epochs, see README. Flags given explicitly override "
+    preset: str = option("exact", f"{describe('exact')}; {describe('fast')}. Flags given explicitly override "
                                   "it (the stock-script switch's preset: fast)",
                          choices=PRESET_NAMES, sweep=True, common=True)
     sync_interval: int = option(1, "exchange halo embeddings every E-th epoch after warm-up (1: every epoch, exact)",
@@ -233,8 +232,6 @@ class SNIConfig:
              f"{self.stale_truth!r}"),
             (self.quantize in QUANTIZE_BITS,
              f"--quantize must be one of {', '.join(map(str, QUANTIZE_BITS))} bits, got {self.quantize}"),
-            (not self.smooth or self.sync_policy != "pipeline",
-             "--smooth does not combine with --sync-policy pipeline (it has no agent, whose rows are smoothed)"),
             (self.window >= 1, f"window must be at least 1, got {self.window}"),
             (_cache_budget_ok(self.feature_cache_bytes),
              f"feature_cache_bytes must be a size such as 512M or a share such as 20%, got "

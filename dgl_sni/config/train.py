@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from .cluster import ClusterConfig
 from .data import DataConfig
 from .flags import add_help_all, add_part_arguments, flag_name, part_values, switch_name
-from .model import SUMMABLE_MODELS, ModelConfig
+from .model import ModelConfig
 from .options import misplaced
 from .output import OutputConfig, resume_point
 from .presets import PRESETS, Context
@@ -77,29 +77,16 @@ class TrainConfig:
             part.validate()
             if part is not self.sni:  # the SNI part checks its own (it knows what was given)
                 misplaced(part, self.given)
-        if self.sni.quantize and self.tier.storage_tier:
-            raise ValueError("--quantize is not supported with --storage-tier (tier-backed rows are "
-                             "served from the owners' files as float32)")
         if self.model.model_file and "model" in self.given:
             raise ValueError("--model and --model-file both name the model: give one")
         if self.model.model_file and self.tier.storage_tier:
             raise ValueError("--model-file is not supported with --storage-tier: the tier runs each layer unit by "
                              "unit through its layer_forward interface, which only the built-in models implement")
-        if self.sni.stale_halo == "summed" and self.model.arch not in SUMMABLE_MODELS:
-            raise ValueError(f"--stale-halo summed needs a model linear in its halo rows "
-                             f"({', '.join(SUMMABLE_MODELS)}); {self.model.arch} is not (use --stale-halo rows)")
         if self.sni.sync_halo in ("inputs", "summed") and self.sni_active and not self.stale_sums:
             raise ValueError(f"--sync-halo {self.sni.sync_halo} needs stale epochs that take summed halo rows "
-                             "(--stale-halo summed: GCN or SAGE, in memory)")
-        if self.sni.stale_halo == "summed" and self.tier.storage_tier:
-            raise ValueError("--stale-halo summed is not supported with --storage-tier (its layers read the "
-                             "halo rows unit by unit; use --stale-halo rows)")
+                             "(--stale-halo summed, in memory)")
         if self.output.resume is not None:
             resume_point(self.output.resume, self.model.epochs)  # before the cluster starts
-        for name in ("row_average", "grad_average"):
-            if getattr(self.sni, name) and (self.tier.storage_tier or self.pipelined):
-                raise ValueError(f"--{name.replace('_', '-')} needs the owned rows in memory at every step and "
-                                 f"stale epochs: not with --storage-tier or --sync-policy pipeline")
         if self.sni.halo_sample and (self.sni_active or self.pipelined or self.tier.storage_tier or self.sni.quantize):
             raise ValueError("--halo-sample (boundary node sampling) samples the rows of exact steps: it needs "
                              "--sync-interval 1, float32 rows (--quantize 0), no --sync-policy pipeline and no "

@@ -64,6 +64,8 @@ class KVHaloExchange:
         self._last_grad = {}  # layer -> the gradient received at the last exact step (pipelined runs)
         self._sync_grad = {}  # layer -> the syncs' received gradients, smoothed (Grad.LAST)
         self._row_avg, self._grad_avg = {}, {}  # layer -> owned rows / halo gradients averaged over steps
+        self._ran = {}  # (mode, layer) -> {form: training steps that took the layer's rows so}
+        self._averaged_layers = {"rows": set(), "grads": set()}  # layers whose published averages ran
 
     def owned_local_offsets(self) -> np.ndarray:
         return self.wire.owned_local_offsets()
@@ -120,9 +122,36 @@ class KVHaloExchange:
             return Form.SUM if self.plan.input_sum else Form.ROWS
         return self.plan.layers[layer].form
 
+    def splits(self) -> bool:
+        """Some layer of this pass takes its halo rows apart or summed (the plan's forms)."""
+        return self.plan.input_sum or any(lp.form is not Form.ROWS for lp in self.plan.layers.values())
+
+    def ran(self) -> dict:
+        """What the training steps did, for the metrics' ``in_effect``: per mode (``sync``,
+        ``stale``, ``pipelined``), per layer, the forms its halo rows were taken in and on how
+        many steps; and the layers whose published rows and pushed gradients were averages."""
+        forms = {}
+        for (mode, layer), counts in sorted(self._ran.items()):
+            forms.setdefault(mode, {})[str(layer)] = {f.value: n for f, n in counts.items()}
+        return dict(halo_forms=forms, averaged_rows=sorted(self._averaged_layers["rows"]),
+                    averaged_grads=sorted(self._averaged_layers["grads"]))
+
+    def _record(self, layer: int, form: Form) -> None:
+        if self.plan.training:
+            counts = self._ran.setdefault((self.plan.mode, layer), {})
+            counts[form] = counts.get(form, 0) + 1
+
+    def _check_form(self, layer: int, asked: Form) -> None:
+        """The model takes layer ``layer``'s rows in the form the plan gives (whole rows, or a sum)."""
+        form = self.plan.layers[layer].form
+        if (form is Form.ROWS) != (asked is Form.ROWS):
+            raise RuntimeError(f"layer {layer} asked for its halo rows as {asked.value} where the step's plan "
+                               f"gives {form.value}: a model takes them in the plan's form")
+
     def rows(self, layer: int, owned: Owned) -> Resolved:
         """Layer ``layer``'s halo rows from where the plan says, with their origins."""
         lp, wire = self.plan.layers[layer], self.wire
+        self._record(layer, lp.form)
         # what is published: the step's rows, or their average (a layer taking rows apart or
         # summed averaged them in start_rows: every training step passes there once)
         publish = self._averaged(layer, owned) if lp.form is Form.ROWS else owned
@@ -160,6 +189,7 @@ class KVHaloExchange:
         return torch.from_numpy(np.ascontiguousarray(self.rows(layer, owned).rows))
 
     def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        self._check_form(layer, Form.ROWS)
         return ExchangeFunction.apply(owned, self, layer)
 
     def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
@@ -178,12 +208,19 @@ class KVHaloExchange:
     def _averaged(self, layer: int, owned: Owned) -> Owned:
         """The owned rows a training step publishes: ``owned``, or with ``average_rows`` their
         average over the steps, updated with them (called once per step and layer)."""
-        a = self.plan.layers[layer].average_rows
-        return _average(self._row_avg, layer, owned.detach(), a) if a else owned
+        lp = self.plan.layers[layer]
+        if not lp.average_rows:
+            return owned
+        average = _average(self._row_avg, layer, owned.detach(), lp.average_rows)
+        if not lp.send_averages:  # a warm-up step: exact, its average only kept
+            return owned
+        self._averaged_layers["rows"].add(layer)
+        return average
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: BlockSplit, scale: torch.Tensor | None,
                  mask: KeyedMask | None = None) -> torch.Tensor:
         """The sum of layer ``layer``'s halo rows (:class:`~dgl_sni.halo.rows.HaloRows`)."""
+        self._check_form(layer, Form.SUM)
         return HaloSumFunction.apply(owned, self, layer, split, scale, mask)
 
     def summed(self, layer: int, owned: torch.Tensor, split: BlockSplit, scale,
@@ -197,6 +234,7 @@ class KVHaloExchange:
             if mask is not None:
                 raise ValueError("a step that sums halo rows takes them undropped")
             if lp.source is Source.KEPT_SUM:
+                self._record(layer, lp.form)
                 if not sums.scaled_by(layer, scale):
                     raise RuntimeError(f"layer {layer}'s kept halo sum was scaled otherwise")
                 return lp.kept
@@ -242,7 +280,10 @@ class KVHaloExchange:
         where they are averaged over steps, that average."""
         lp = self.plan.layers[layer]
         if lp.average_grads:
-            grad_halo = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
+            average = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
+            if lp.send_averages:  # else a warm-up step: exact, its average only kept
+                self._averaged_layers["grads"].add(layer)
+                grad_halo = average
         if lp.source is Source.SAMPLED:
             self.wire.push_sampled(layer, grad_halo, self._picked, self.planner.sample)
         elif lp.grad in (Grad.PUSH, Grad.DEFERRED):

@@ -12,7 +12,8 @@ encode, decode: :mod:`dgl_sni.halo.exchange`). The plan says, for the step:
 * whether the input layer takes the sum of its halo rows (``input_sum``);
 
 and for every exchanged layer ``l >= 1`` a :class:`LayerPlan`: the :class:`Source` of its
-halo rows, the :class:`~dgl_sni.halo.rows.Form` the model takes them in, whether a sync's
+halo rows, the :class:`~dgl_sni.halo.rows.Form` the model takes them in (chosen from what the
+layer declares it can take, :class:`~dgl_sni.halo.rows.Takes`), whether a sync's
 undropped sum is kept for the stale steps after it, and the :class:`Grad` policy of its
 halo gradients. :meth:`HaloPlanner.plan` is the one function that answers "where does
 this row come from on this step".
@@ -42,7 +43,7 @@ import torch
 from ..metrics import Counters
 from ..sni.schedule import DriftSchedule, GuardedSchedule, SyncSchedule, WeightDrift
 from .resolver import HaloResolver, Origin, Resolved
-from .rows import Form
+from .rows import SPLITS, Form, Takes
 from .sums import KeptSums, halo_in_rows
 
 if TYPE_CHECKING:
@@ -111,8 +112,9 @@ class LayerPlan:
     ones all the same and compares what the owned rows get with them (``--measure-staleness``).
     ``average_rows`` / ``average_grads`` (``A``, 0: off): a training step adds the owned rows it
     computes (the halo gradients it computes) to their average over steps, ``A * old + (1 - A)
-    * new``, and what it publishes (pushes) is that average (``--row-average``, ``--grad-average``).
-    ``keep_grad``: the gradient the others push for the owned rows is kept, smoothed over
+    * new``, and what it publishes (pushes) is that average (``--row-average``, ``--grad-average``);
+    with ``send_averages`` False (a warm-up step) the average is updated but the step's own rows
+    and gradients are sent, so warm-up epochs are exact. ``keep_grad``: the gradient the others push for the owned rows is kept, smoothed over
     syncs, for the stale steps whose ``grad`` is ``LAST``. ``keep_previous``: a pipelined
     run's exact training step: its rows and received gradient are what the next,
     pipelined, step uses.
@@ -127,6 +129,7 @@ class LayerPlan:
     measure_grad: bool = False
     average_rows: float = 0.0
     average_grads: float = 0.0
+    send_averages: bool = True
     kept: torch.Tensor | None = None
 
 
@@ -173,15 +176,24 @@ class HaloPlanner:
     partition (they rank rows for prediction). ``bits``: the wire's bits on training steps;
     ``tier_backed``: the owners serve the rows from their tier files (the layers then take
     whole rows); ``pipeline_from``: the first pipelined step (``--sync-policy pipeline``);
-    ``sum_stale``: stale training steps take summed halo rows; ``sync_sums``: how the other
-    training steps take theirs (``rows``, ``inputs`` or ``summed``); ``sample``: the share of
-    halo rows an exact training step pulls (boundary node sampling, ``--halo-sample``; 0: all).
+    ``sum_stale``: stale training steps take summed halo rows where a layer can take them so;
+    ``sync_sums``: how the other training steps take theirs (``rows``, ``inputs`` or
+    ``summed``); ``sample``: the share of halo rows an exact training step pulls (boundary node
+    sampling, ``--halo-sample``; 0: all). ``takes``: what each layer can take its halo rows as,
+    as the model declares it (:meth:`~dgl_sni.models.TrainableModel.halo_takes`: index 0 the
+    input layer, then one per entry of ``dims``; default: every layer splits, as the built-in
+    GCN's do); every form the plan gives a layer is one it declares.
     """
 
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, halo_ids: np.ndarray, dims: list, *,
                  agent=None, edge_counts: np.ndarray | None = None, bits: int = 0, tier_backed: bool = False,
                  pipeline_from: int | None = None, sum_stale: bool = False, sync_sums: str = "rows",
-                 sample: float = 0.0):
+                 sample: float = 0.0, takes: list | None = None):
+        takes = [SPLITS] * (len(dims) + 1) if takes is None else list(takes)
+        if len(takes) != len(dims) + 1 or not all(isinstance(t, Takes) for t in takes):
+            raise ValueError(f"the model declares what {len(takes)} layers take; {len(dims)} exchanged layers "
+                             "and the input layer need one Takes each")
+        self.takes = takes
         if pipeline_from is not None and cfg is not None:
             raise ValueError("pipelined steps replace stale steps: use --sync-policy pipeline without a "
                              "sync interval above 1")
@@ -225,14 +237,16 @@ class HaloPlanner:
         sums = self.sum_stale and training
         layers = {}
         for layer, resolver in self.resolvers.items():
-            kept = self._kept_sum(layer) if stale and sums and not self.cfg.truth(layer)[0] else None
+            summable = stale and sums and self.takes[layer].sum and not self.cfg.truth(layer)[0]
+            kept = self._kept_sum(layer) if summable else None
             if stale and kept is None and not self.cfg.truth(layer)[0] and self.cfg.prefetch:
                 resolver.prefetch(step)  # the rows are needed: let the agent start on them
             elif not stale and training and self.cfg is not None and self.cfg.prefetch:
                 resolver.prefetch_preview(step, own_rows=True)
-            layers[layer] = self._layer(layer, mode, training, kept)
+            layers[layer] = self._layer(layer, mode, training, kept, warm=self.cfg is None or step >= self.cfg.warmup)
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
-                        smoothing=self.smoothing, input_sum=sums and (stale or self.sync_sums != "rows"),
+                        smoothing=self.smoothing,
+                        input_sum=sums and self.takes[0].sum and (stale or self.sync_sums != "rows"),
                         layers=layers, grad_smoothing=0.0 if self.cfg is not None and self.cfg.grad_average
                         else self.smoothing)
         self._count(plan)
@@ -252,7 +266,7 @@ class HaloPlanner:
             mode = "sync"  # an agent was gone at the last step's end: every trainer syncs until it is back
         return mode
 
-    def _layer(self, layer: int, mode: str, training: bool, kept: torch.Tensor | None) -> LayerPlan:
+    def _layer(self, layer: int, mode: str, training: bool, kept: torch.Tensor | None, warm: bool = True) -> LayerPlan:
         cfg, stale = self.cfg, mode == "stale"
         true_rows, true_grads = cfg.truth(layer) if stale else (False, False)
         if mode == "pipelined":
@@ -265,12 +279,15 @@ class HaloPlanner:
             source = Source.KEPT_SUM if kept is not None else Source.SERVED
         else:
             source = Source.TIER if self.tier_backed else Source.PULLED
-        summed = self.sum_stale and training and (stale or (mode == "sync" and self.sync_sums == "summed"))
+        takes = self.takes[layer]
+        summed = takes.sum and self.sum_stale and training and \
+            (stale or (mode == "sync" and self.sync_sums == "summed"))
         if summed:
             form = Form.SUM
-        elif mode == "pipelined" or self.tier_backed or source is Source.SAMPLED:
-            # a pipelined step's pushes complete at its end; the tier reads rows unit by unit; sampled
-            # rows are pulled by id when the layer asks
+        elif not takes.apart or mode == "pipelined" or self.tier_backed or source is Source.SAMPLED:
+            # a layer that takes whole rows (attention, a DGL layer); a pipelined step's pushes
+            # complete at its end; the tier reads rows unit by unit; sampled rows are pulled by
+            # id when the layer asks
             form = Form.ROWS
         else:
             form = Form.APART
@@ -282,13 +299,14 @@ class HaloPlanner:
             grad = Grad.PUSH
         if form is Form.SUM:  # a sum of rows fetched now is kept (a kept sum or the truth is not)
             keep_sum = training and source not in (Source.KEPT_SUM, Source.TRUE)
-        else:
-            keep_sum = self.sum_stale and training and mode == "sync" and self.resolvers[layer].versions_stale_rows()
+        else:  # a sync step taking its rows apart sums them undropped in the same pass
+            keep_sum = form is Form.APART and self.sum_stale and training and mode == "sync" \
+                and self.resolvers[layer].versions_stale_rows()
         averaging = training and cfg is not None and not self.tier_backed  # rows in memory, every step
         return LayerPlan(
             source=source, form=form, grad=grad, kept=kept, keep_sum=keep_sum,
             average_rows=cfg.row_average if averaging else 0.0,
-            average_grads=cfg.grad_average if averaging else 0.0,
+            average_grads=cfg.grad_average if averaging else 0.0, send_averages=warm,
             keep_grad=grad is Grad.PUSH and not stale and cfg is not None and cfg.stale_grad == "last",
             keep_previous=self.pipeline_from is not None and training and mode == "sync",
             measure_grad=stale and training and cfg.measure_staleness and grad in (Grad.LAST, Grad.NONE))

@@ -6,10 +6,15 @@ step's plan (:mod:`dgl_sni.halo.plan`) says in which :class:`Form` the layer tak
 the model asks :meth:`HaloRows.form` and calls the matching method, never looking at what
 the exchange is. The input layer (``l = 0``) has its halo rows in memory (the features);
 its form says whether it takes their sum.
+
+What a layer *can* take is declared by the model (:class:`Takes`, one per exchanged layer:
+:meth:`~dgl_sni.models.TrainableModel.halo_takes`); the step planner picks each step's form
+from that declaration, and the form it picks is what runs.
 """
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import torch
@@ -27,6 +32,30 @@ class Form(str, enum.Enum):
     ROWS = "rows"  # the whole block: ``exchange(l, owned)`` returns [owned; halo], dropout on every row
     APART = "apart"  # owned rows aggregated while the halo rows travel; the halo rows summed as dropped
     SUM = "sum"  # the undropped sum of the halo rows only (a stale step; the kept sum of the last sync)
+
+
+@dataclass(frozen=True)
+class Takes:
+    """What one layer can take its halo rows as, declared by its model; the planner gives
+    it :class:`Form.ROWS` where it declares neither.
+
+    ``sum``: the layer is linear in each halo row, so a step that sums (a stale step under
+    ``--stale-halo summed``) can feed it the sum over its halo in-edges (:class:`Form.SUM`);
+    ``apart``: it also aggregates its owned rows while the halo rows travel, then takes
+    their sum dropped by its own keyed masks (:class:`Form.APART`, the built-in GCN and SAGE).
+    Index 0 of a model's declaration is its input layer, whose halo rows are the features."""
+
+    sum: bool = False
+    apart: bool = False
+
+    @property
+    def path(self) -> str:
+        """``summed`` or ``rows``: how the layer's stale steps can take their rows."""
+        return "summed" if self.sum else "rows"
+
+
+ROWS_ONLY = Takes()  # attention, and any layer not known to be linear in its sources
+SPLITS = Takes(sum=True, apart=True)  # the built-in GCN and SAGE layers
 
 
 @runtime_checkable
@@ -52,6 +81,11 @@ class HaloRows(HaloExchange, Protocol):
 
     def form(self, layer: int) -> Form: ...
 
+    def splits(self) -> bool:
+        """Some layer of this pass takes its halo rows apart or summed (a trainer then needs
+        its block's :class:`~dgl_sni.halo.sums.BlockSplit`)."""
+        ...
+
     def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor: ...
 
     def halo_sum(self, layer: int, owned: torch.Tensor, split: "BlockSplit", scale: torch.Tensor | None,
@@ -64,6 +98,9 @@ class WholeGraph(NoExchange):
 
     def form(self, layer: int) -> Form:
         return Form.ROWS
+
+    def splits(self) -> bool:
+        return False
 
     def start_halo(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("one process has no halo rows to take apart")

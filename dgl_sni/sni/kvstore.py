@@ -514,23 +514,6 @@ def may_serve_stale(cfg: "SNIConfig | None") -> bool:
     return cfg is not None and cfg.enabled and cfg.sync_interval > 1
 
 
-# settings of dgl-sni train that the switch cannot apply: it moves a script's rows as DGL does
-# (no quantization), serves them as observed (no smoothing: a script's pulls observe any subset
-# of rows) and the script's layers take rows (no summed rows). Given explicitly, they are refused.
-_TRAIN_ONLY = {
-    "smooth": "smoothing the synced rows is a dgl-sni train setting; the stock-script switch serves the "
-              "synced rows as they are (set smooth to 0)",
-    "quantize": "quantized halo rows are a dgl-sni train setting; the stock-script switch moves a script's "
-                "rows as DGL does (set quantize to 0)",
-    "stale_halo": "summed halo rows are a dgl-sni train setting (its models' layers take them); the "
-                  "stock-script switch serves a script's rows (set stale_halo to rows)",
-    "row_average": "rows averaged over steps are a dgl-sni train setting (the owners publish them); a stock "
-                   "script writes its own rows (set row_average to 0)",
-    "grad_average": "gradients averaged over steps are a dgl-sni train setting (the senders push them); a "
-                    "stock script pushes its own gradients (set grad_average to 0)",
-}
-
-
 def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
     """Switch SNI on for this trainer (after ``dgl.distributed.initialize``). ``config``: the
     settings (a dict, as in ``DGL_SNI_CONFIG``: the switch's preset ``fast`` sets the rest; or
@@ -546,9 +529,6 @@ def enable(config: SNIConfig | dict | None = None, graph=None) -> SNIKVClient:
     if budget:
         cfg.feature_cache_bytes = budget
         cfg.validate()
-    for name, why in _TRAIN_ONLY.items():
-        if name in cfg.given and getattr(cfg, name) != SNIConfig.from_dict({}).as_dict()[name]:
-            raise ValueError(f"{name}={getattr(cfg, name)}: {why}")
     kv = get_kvstore()
     if kv is None:
         raise RuntimeError("dgl_sni.enable() must run after dgl.distributed.initialize()")

@@ -16,7 +16,6 @@ import torch
 import torch.nn.functional as F
 
 from ..collective import LocalCollective
-from ..halo.rows import Form
 from ..halo.sums import BlockSplit
 from ..metrics import Counters
 from ..model_file import build
@@ -53,8 +52,7 @@ class FullGraphTrainer(TrainerBase):
     def _halo_split(self) -> BlockSplit | None:
         """The block split at its owned rows, made at the first pass where a layer takes its
         halo rows apart or summed (``None`` while every layer takes whole rows)."""
-        if self._split is None and self.model.sums_halo_rows and any(
-                self.exchange.form(layer) is not Form.ROWS for layer in range(self.cfg.layers)):
+        if self._split is None and self.exchange.splits():
             self._split = BlockSplit(self.view.block, self.view.x_src)
         return self._split
 

@@ -11,7 +11,7 @@ from tests.helpers import ROOT
 from dgl_sni.config import (MODEL_NAMES, PREDICTORS, SWEEPABLE, DataConfig, SNIConfig, TrainConfig,
                             add_train_arguments, from_args, load_sweep)
 from dgl_sni.config.options import option_of
-from dgl_sni.config.presets import PRESETS
+from dgl_sni.config.presets import PRESETS, RULES
 
 # the flat keys of the metrics JSON's "config" before the parts existed (result files read them)
 OLD_KEYS = (
@@ -123,7 +123,10 @@ def test_train_runs_exact_by_default_and_the_stock_switch_fast():
     assert not cfg.sni_active
     assert from_args(_train_parser().parse_args([])) == cfg
     switch = SNIConfig.from_dict({})  # a stock script's rows are not averaged over steps: fast without it
-    assert switch.preset == "fast" and switch.sync_interval == PRESETS["fast"].unaveraged["sync_interval"]
+    rules = {r.setting: r.value for r in RULES if r.context == "switch"}
+    assert switch.preset == "fast" and switch.sync_interval == rules["sync_interval"] != PRESETS["fast"].values[
+        "sync_interval"]
+    assert switch.row_average == switch.grad_average == 0.0
 
 
 def test_flags_round_trip_non_default_configs():
@@ -144,9 +147,9 @@ def test_flags_round_trip_non_default_configs():
 def test_only_the_settings_given_travel_to_the_workers():
     cfg = TrainConfig.from_dict(dict(preset="fast", model="gat", epochs=3)).validate()
     assert sorted(cfg.to_argv()) == sorted(["--preset", "fast", "--model", "gat", "--epochs", "3"])
-    assert cfg.sni.stale_halo == "rows"  # GAT takes rows: the worker expands the same from the same flags
+    assert not cfg.sni_active  # fast trains GAT as exact: the worker expands the same from the same flags
     assert from_args(_train_parser().parse_args(cfg.to_argv())) == cfg
-    with pytest.raises(ValueError, match="--quantize is not supported with --storage-tier"):
+    with pytest.raises(ValueError, match="quantize=8 cannot apply with storage tier: tier-backed rows"):
         TrainConfig.from_dict(dict(quantize=8, storage_tier="/t")).validate()
 
 
@@ -217,7 +220,8 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     # where a preset's value cannot apply, the setting falls back (and the metrics show it)
     gat = parse("--preset", "fast", "--model", "gat")
     assert (gat.preset, gat.sync_interval, gat.quantize, gat.row_average) == ("fast", 1, 0, 0)  # as exact
-    assert parse("--preset", "fast", "--model", "gat", "--sync-interval", "2").stale_halo == "rows"
+    # which layers take summed rows is the planner's, from what each layer declares (GAT's: rows)
+    assert parse("--preset", "fast", "--model", "gat", "--sync-interval", "2").stale_halo == "summed"
     sage = parse("--preset", "fast", "--model", "sage")  # averaging did not train SAGE
     assert (sage.stale_halo, sage.sync_interval, sage.smooth, sage.row_average, sage.grad_average) == \
         ("summed", 2, 0.75, 0, 0)
@@ -225,12 +229,12 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     assert (tier.quantize, tier.stale_halo, tier.sync_interval, tier.smooth, tier.row_average) == (0, "rows", 2, 0.75, 0)
     pipe = parse("--preset", "fast", "--sync-policy", "pipeline")
     assert (pipe.quantize, pipe.smooth, pipe.grad_average) == (0, 0.0, 0)  # no agent, no stale epoch
-    with pytest.raises(ValueError, match="--row-average needs the owned rows in memory"):
+    with pytest.raises(ValueError, match="row_average=0.9 cannot apply with storage tier: no rows averaged"):
         parse("--preset", "fast", "--storage-tier", "/t", "--row-average", "0.9")
     # a setting given wins over the preset, at any value
     assert parse("--preset", "fast", "--quantize", "0").quantize == 0
     assert parse("--sync-interval", "2").quantize == 0  # exact's float32 rows, at interval 2
-    with pytest.raises(ValueError, match="--smooth does not combine with --sync-policy pipeline"):
+    with pytest.raises(ValueError, match="smooth=0.5 cannot apply with pipelined: it has no agent"):
         parse("--sync-policy", "pipeline", "--smooth", "0.5")
     with pytest.raises(ValueError, match="--quantize must be one of 0, 4, 8 bits, got 6"):
         SNIConfig(quantize=6).validate()

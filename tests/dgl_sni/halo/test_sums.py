@@ -213,11 +213,12 @@ def test_the_summed_forward_drops_owned_rows_as_the_forward_does():
     torch.testing.assert_close(summed, full, rtol=1e-5, atol=1e-5)
 
 
-def test_gat_refuses_summed_halo_rows_by_name():
+def test_gat_declares_whole_rows_and_refuses_a_plan_that_sums_them():
     block, x, _ = _partition_block("gcn")
     net = init_model(0, "gat", x.shape[1], 8, 4, 2)
-    assert not net.sums_halo_rows
-    with pytest.raises(ValueError, match="GAT is not linear in its halo rows"):
+    assert [t.sum for t in net.halo_takes(block, x)] == [False, False]
+    assert [t.sum and t.apart for t in init_model(0, "sage", x.shape[1], 8, 4, 2).halo_takes(block, x)] == [True, True]
+    with pytest.raises(RuntimeError, match="GATLayer.*takes whole halo rows.*form sum"):
         net(block, x, _ExactSums({}, 0), split=BlockSplit(block, x))
 
 
@@ -311,7 +312,7 @@ def test_sums_kept_across_syncs_equal_the_sums_of_the_served_rows(smooth):
 
 
 @pytest.mark.parametrize("model, tier, sync_interval, expect", [
-    ("gcn", False, 5, True), ("sage", False, 5, True), ("gat", False, 5, False),
+    ("gcn", False, 5, True), ("sage", False, 5, True), ("gat", False, 5, True),
     ("gcn", True, 5, False), ("gcn", False, 1, False),
 ])
 def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_interval, expect):
@@ -328,8 +329,7 @@ def test_train_sums_halo_rows_wherever_it_applies_unless_told(model, tier, sync_
 
 
 @pytest.mark.parametrize("values, problem", [
-    (dict(model="gat", stale_halo="summed"), "gat is not"),
-    (dict(storage_tier="/tmp/tier", stale_halo="summed"), "not supported with --storage-tier"),
+    (dict(storage_tier="/tmp/tier", stale_halo="summed"), "cannot apply with storage tier: its layers take whole"),
     (dict(stale_halo="everything"), "--stale-halo must be one of summed, rows"),
     (dict(stale_halo="rows", sync_halo="inputs"), "--sync-halo inputs needs stale epochs that take summed"),
     (dict(stale_halo="rows", sync_halo="summed"), "--sync-halo summed needs stale epochs that take summed"),

@@ -240,11 +240,15 @@ def test_notices_of_other_machines_writes_drop_what_is_held_here():
     assert named.role == "named" and named._dirty.tolist() == list(range(30))
 
 
-def test_the_switch_refuses_smoothing_quantizing_and_summing_it_would_not_do():
+def test_the_switch_refuses_every_setting_it_would_not_honour():
+    from dgl_sni.config.presets import RULES
     from dgl_sni.sni.kvstore import enable
-    with pytest.raises(ValueError, match="smooth=0.5: smoothing the synced rows is a dgl-sni train setting"):
-        enable({"smooth": 0.5})
-    with pytest.raises(ValueError, match="quantize=8: quantized halo rows are a dgl-sni train setting"):
-        enable({"quantize": 8})
-    with pytest.raises(ValueError, match="stale_halo=summed: summed halo rows are a dgl-sni train setting"):
-        enable({"stale_halo": "summed"})
+    refused = {"smooth": 0.5, "quantize": 8, "stale_halo": "summed", "row_average": 0.9, "grad_average": 0.9,
+               "sync_policy": "drift"}
+    # every refusal of the switch's rows is refused by enable(), each naming its setting and context
+    assert {r.setting for r in RULES if r.context == "switch" and r.refuse} == set(refused)
+    for name, value in refused.items():
+        with pytest.raises(ValueError, match=f"{name}={value!r} cannot apply with switch"):
+            enable({name: value, "sync_interval": 3})
+    # a value equal to the one the switch runs is no error: the rule's value is what runs
+    assert SNIConfig.from_dict({"sync_policy": "fixed", "smooth": 0.0}).sync_policy == "fixed"
