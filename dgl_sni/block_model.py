@@ -45,7 +45,8 @@ from dgl.heterograph import DGLBlock
 
 from storage_tier.block import GraphBlock
 from .dropout import derive_seed, keyed_dropout
-from .halo.rows import ROWS_ONLY, Form, HaloRows, Takes
+from .halo.rows import ROWS_ONLY, Form, HaloRows, Takes, WholeGraph
+from .halo.sums import BlockSplit
 from .linear_layers import summing
 from .models import TrainableModel, identity_exchange
 
@@ -145,6 +146,10 @@ class _Pass(threading.local):
     calls: dict | None = None  # dropout module index -> calls in this pass
     split: object = None  # the block's BlockSplit where some layer takes a sum
     summed: dict | None = None  # id(module) -> (layer, owned rows): a call that takes its halo rows summed
+    x_src: torch.Tensor | None = None  # the input rows handed to the module (whole, or the owned ones)
+    input_sum: bool = False  # the input layer takes the sum of its halo input rows this pass
+    input_taken: bool = False  # ... and its reader has been called
+    layers: int = 0  # exchanged layers met in this pass
 
 
 class KeyedDropout(nn.Module):
@@ -190,6 +195,24 @@ class KeyedDropout(nn.Module):
         return found[0][1] if len(found) == 1 else block.src_keys[:rows]
 
 
+class _SummedInputProbe(WholeGraph):
+    """The probe's second pass: the input layer summed, every exchanged layer's halo rows zeros
+    (as in the first pass)."""
+
+    def __init__(self, num_src: int):
+        self.num_src = num_src
+
+    def form(self, layer: int) -> Form:
+        return Form.SUM if layer == 0 else Form.ROWS
+
+    def splits(self) -> bool:
+        return True
+
+    def __call__(self, layer: int, owned: torch.Tensor) -> torch.Tensor:
+        rows = self.num_src - owned.shape[0]
+        return torch.cat((owned, owned.new_zeros(rows, owned.shape[1])))
+
+
 class BlockModel(nn.Module, TrainableModel):
     """A user's ``forward(blocks, x)`` module trained full-graph (see the module docstring).
 
@@ -208,7 +231,10 @@ class BlockModel(nn.Module, TrainableModel):
         self._keyed_dropout()
         self._probe = None  # while exchange_dims runs: the widths found, in order
         self._readers = None  # while it runs: per exchanged layer, the modules that read its rows
-        self._layout = None  # (id(block), widths, takes) of the last probe
+        self._layout = None  # (block, widths, takes) of the last probe
+        self._input_readers = None  # while it runs: the modules that read the input rows whole
+        self._input_reader = None  # id of the one module that takes the input layer's halo sum, if any
+        self._probing = False  # a probe pass runs
         self._summing = {}  # id(module) -> its SumsHaloRows, for the modules linear in their sources
         for name, sub in self.module.named_modules():
             sub.register_forward_pre_hook(self._pre_hook(name or type(module).__name__), with_kwargs=True)
@@ -247,6 +273,8 @@ class BlockModel(nn.Module, TrainableModel):
             layer, owned = pending
             halo, split = state.halo, state.split
             scale = adapter.halo_scale(module, graph)
+            if layer == 0:  # the input features' halo rows never change: their sum is made once per scale
+                return adapter.forward_summed(module, graph, split, owned, split.static_sum(scale))
             owned = halo.start_halo(layer, owned)
             return adapter.forward_summed(module, graph, split, owned, halo.halo_sum(layer, owned, split, scale))
 
@@ -285,7 +313,16 @@ class BlockModel(nn.Module, TrainableModel):
             return (self._sources(feat[0], module), *feat[1:])
         state = self._state
         block = state.block
-        if not torch.is_tensor(feat) or block.num_src == block.num_dst or feat.shape[0] != block.num_dst:
+        if not torch.is_tensor(feat) or block.num_src == block.num_dst:
+            return feat
+        if self._input_readers is not None and feat is state.x_src:  # the probe: a reader of the input rows
+            self._input_readers.append(module)
+            return feat
+        if state.input_sum and not state.input_taken and id(module) == self._input_reader:
+            state.input_taken = True  # the input layer: the owned rows, and the sum of the halo inputs
+            state.summed[id(module)] = (0, feat)
+            return feat
+        if feat.shape[0] != block.num_dst:
             return feat
         seen = state.exchanged
         if id(feat) in seen:
@@ -296,7 +333,8 @@ class BlockModel(nn.Module, TrainableModel):
                 raise RuntimeError(f"the rows exchanged before layer {layer} are read by a second module "
                                    f"({type(module).__name__}) where the plan sums them for the first")
             return full
-        layer = len(seen) + 1
+        state.layers += 1
+        layer = state.layers
         halo = state.halo
         if self._probe is not None:
             if feat.dim() != 2:
@@ -319,18 +357,24 @@ class BlockModel(nn.Module, TrainableModel):
     # ------------------------------------------------------------------ TrainableModel
     def forward(self, block: GraphBlock, x_src: torch.Tensor, halo: HaloRows = identity_exchange,
                 step: int = 0, dropout_seed: int = 0, split=None) -> torch.Tensor:
+        if halo.form(0) is Form.SUM and not self._probing:
+            self._probe_layout(block, x_src)  # which module takes the input layer's sum (once per block)
         state = self._state
         graph = self._graph(block)
         state.block, state.graph, state.halo, state.split = block, graph, halo, split
         state.seed, state.step, state.exchanged, state.calls, state.summed = dropout_seed, step, {}, {}, {}
+        state.input_sum, state.input_taken, state.layers = halo.form(0) is Form.SUM, False, 0
+        if state.input_sum and self._input_reader is None:
+            raise RuntimeError("the plan sums the input layer's halo rows, which this model takes whole")
+        state.x_src = x_src[: block.num_dst] if state.input_sum else x_src
         try:
-            out = self.module([graph] * self.num_blocks, x_src)
-            if state.summed:
-                raise RuntimeError(f"layer {next(iter(state.summed.values()))[0]}'s summed halo rows were never "
-                                   "taken: the module that read them did not run its forward")
+            out = self.module([graph] * self.num_blocks, state.x_src)
+            if state.summed or state.input_sum != state.input_taken:
+                raise RuntimeError("a layer's summed halo rows were never taken: the module that read them did "
+                                   "not run its forward")
         finally:
             state.block = state.graph = state.halo = state.exchanged = state.calls = None
-            state.split = state.summed = None
+            state.split = state.summed = state.x_src = None
         if not torch.is_tensor(out) or out.dim() != 2 or out.shape[0] != block.num_dst:
             shape = list(out.shape) if torch.is_tensor(out) else type(out).__name__
             raise ModelError(f"{type(self.module).__name__}.forward returned {shape}: it must return one row of "
@@ -351,30 +395,47 @@ class BlockModel(nn.Module, TrainableModel):
         return None if layout is None else list(layout[0])
 
     def halo_takes(self, block: GraphBlock, x_src: torch.Tensor) -> list:
-        """The input layer takes whole rows (the features, given whole to the module); an
-        exchanged layer takes a sum where its rows have one reader, linear in its sources
-        (:func:`~dgl_sni.linear_layers.summing`), else whole rows."""
+        """A layer takes a sum where its rows have one reader, linear in its sources
+        (:func:`~dgl_sni.linear_layers.summing`), else whole rows. For the input layer the
+        reader is the one module that reads the input rows (through dropout or not), and the
+        model run on the owned input rows with that layer summed must give the output of the
+        model run on every input row (checked on ``block`` once: a model that reads its inputs
+        otherwise as well takes them whole)."""
         layout = self._probe_layout(block, x_src)
-        return [ROWS_ONLY] if layout is None else [ROWS_ONLY] + list(layout[1])
+        return [ROWS_ONLY] if layout is None else list(layout[1])
 
     def _probe_layout(self, block: GraphBlock, x_src: torch.Tensor):
-        """``(widths, takes)`` of the exchanged layers, from one forward pass over ``block``
-        (eval mode, no gradient) with zeros for the halo rows; ``None`` without halo rows."""
+        """``(widths, takes)``: the widths of the exchanged layers and what every layer takes
+        (the input layer first), from a forward pass over ``block`` (eval mode, no gradient)
+        with zeros for the halo rows, and a second one with the input layer summed where it
+        may be; ``None`` without halo rows."""
         if block.num_src == block.num_dst:
             return None
         if self._layout is not None and self._layout[0] is block:
             return self._layout[1:]
-        was_training, self._probe, self._readers = self.training, [], []
+        was_training, self._probe, self._readers, self._input_readers = self.training, [], [], []
+        self._input_reader, self._probing = None, True
         try:
             self.eval()
             with torch.no_grad():
-                self(block, x_src)
-            takes = [Takes(sum=True) if len(readers) == 1 and id(readers[0]) in self._summing else ROWS_ONLY
-                     for readers in self._readers]
-            self._layout = (block, list(self._probe), takes)
+                whole = self(block, x_src)
+                takes = [Takes(sum=True) if len(readers) == 1 and id(readers[0]) in self._summing else ROWS_ONLY
+                         for readers in self._readers]
+                widths, readers = list(self._probe), self._input_readers
+                self._probe = self._readers = self._input_readers = None
+                takes.insert(0, ROWS_ONLY)
+                if len(readers) == 1 and id(readers[0]) in self._summing:
+                    self._input_reader = id(readers[0])
+                    summed = self(block, x_src, _SummedInputProbe(block.num_src), split=BlockSplit(block, x_src))
+                    if torch.allclose(summed, whole, rtol=1e-4, atol=1e-5):
+                        takes[0] = Takes(sum=True)
+                    else:
+                        self._input_reader = None
+            self._layout = (block, widths, takes)
             return self._layout[1:]
         finally:
-            self._probe = self._readers = None
+            self._probe = self._readers = self._input_readers = None
+            self._probing = False
             self.train(was_training)
 
     def exchanged_parameters(self):

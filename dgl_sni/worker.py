@@ -201,7 +201,7 @@ class WorkerSession:
             if cfg.tier.storage_tier:
                 trainer.close()  # removes its run directory
             raise
-        planner.watch_weights(trainer.model.exchanged_parameters())
+        exchange.watch_weights(trainer.model.exchanged_parameters())
         setup = dict(owned_nodes=int(owned_gids.numel()), halo_nodes=int(halo_gids.numel()),
                      owned_read_by_peers=int(len(self.rows_peers_read(cfg.model.arch))),
                      local_edges=view.block.num_edges)
@@ -305,7 +305,7 @@ class WorkerSession:
         rec["cpu_s"] = time.process_time() - cpu  # every thread of this trainer process
         if steal is not None:  # the host's cores lost to the hypervisor meanwhile (shared VMs)
             rec["steal_s"] = host_steal_s() - steal
-        exchange.planner.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
+        exchange.watch_loss(trainer.epoch_step, rec["mode"], rec["loss"])
         evaluate = (epoch + 1) % cfg.model.eval_every == 0 or epoch == cfg.model.epochs - 1
         if gate is not None:
             gate.done()

@@ -105,6 +105,12 @@ RULES = (
     Rule("switch", "grad_average", 0.0, f"{_SCRIPT}: the script pushes its own gradients", refuse=True),
     Rule("switch", "sync_policy", "fixed", "the switch serves a script's tensors on the fixed schedule (the "
          "drift, guarded and adaptive policies read the trainer's weights, loss or rows)", refuse=True),
+    Rule("switch", "stale_grad", "exchange", f"{_SCRIPT}: its pushes pass as the script makes them", refuse=True),
+    Rule("switch", "sync_halo", "rows", f"{_SCRIPT}: its layers take whole rows", refuse=True),
+    Rule("switch", "transfer", False, "the drift transfer reads the trainer's own rows, which a script keeps",
+         refuse=True),
+    Rule("switch", "halo_sample", 0.0, "boundary node sampling is a dgl-sni train peer method", refuse=True),
+    Rule("switch", "stale_truth", "none", "a measurement of dgl-sni train's stale steps", refuse=True),
 )
 MODEL_RULES = (
     # models whose stale epochs were measured to train worse with averaging, or not to pay

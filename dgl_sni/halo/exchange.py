@@ -75,6 +75,7 @@ class KVHaloExchange:
         """Announce a forward pass at training step ``step``; returns its mode."""
         self.complete_step()
         self.plan = self.planner.plan(step, training)
+        self._record(0, Form.SUM if self.plan.input_sum else Form.ROWS)  # the input layer: features in memory
         self.wire.use(step, training, self.plan.bits)
         if any(lp.source is Source.SAMPLED for lp in self.plan.layers.values()):
             self._picked = self.wire.sample(self.planner.sample)  # the same rows for every layer of the step
@@ -108,6 +109,14 @@ class KVHaloExchange:
     def end_epoch(self) -> dict:
         return self.planner.end_epoch()
 
+    def watch_weights(self, params) -> None:
+        """The weights a schedule that follows weight drift watches (the planner's schedule)."""
+        self.planner.watch_weights(params)
+
+    def watch_loss(self, step: int, mode: str, loss: float) -> None:
+        """Training step ``step`` ran in ``mode`` with global loss ``loss`` (the guarded schedule reads it)."""
+        self.planner.watch_loss(step, mode, loss)
+
     def close(self, complete: bool = True) -> None:
         """End the job: receive what a last step left on the wire (``complete``; not after an
         error, when peers may be gone) and release the agent."""
@@ -128,8 +137,9 @@ class KVHaloExchange:
 
     def ran(self) -> dict:
         """What the training steps did, for the metrics' ``in_effect``: per mode (``sync``,
-        ``stale``, ``pipelined``), per layer, the forms its halo rows were taken in and on how
-        many steps; and the layers whose published rows and pushed gradients were averages."""
+        ``stale``, ``pipelined``), per layer (0: the input layer, whose halo rows are features),
+        the forms its halo rows were taken in and on how many steps; and the layers whose
+        published rows and pushed gradients were averages."""
         forms = {}
         for (mode, layer), counts in sorted(self._ran.items()):
             forms.setdefault(mode, {})[str(layer)] = {f.value: n for f, n in counts.items()}

@@ -83,11 +83,11 @@ class SummedHalo(WholeGraph):
     """A partition's exchange whose plan sums every exchanged layer's halo rows: the sum is
     of the rows the whole graph's pass had (captured by layer), as the owners would send them."""
 
-    def __init__(self, captured, halo_ids):
-        self.captured, self.halo_ids, self.calls = captured, halo_ids, []
+    def __init__(self, captured, halo_ids, inputs=False):
+        self.captured, self.halo_ids, self.calls, self.inputs = captured, halo_ids, [], inputs
 
     def form(self, layer):
-        return Form.SUM if layer > 0 else Form.ROWS
+        return Form.SUM if layer > 0 or self.inputs else Form.ROWS
 
     def splits(self):
         return True
@@ -114,7 +114,7 @@ def test_a_model_of_linear_dgl_layers_takes_summed_halo_rows_as_planned(data, na
     block, halo_ids, order = partition_block(data, owned)
     x = whole.x_src[torch.from_numpy(order)]
     takes = model.halo_takes(block, x)
-    assert [t.sum for t in takes] == [False, True, True]  # the input layer reads the features whole
+    assert [t.sum for t in takes] == [True, True, True]
     exchange = SummedHalo(captured, torch.from_numpy(halo_ids))
     part = model(block, x, exchange, step=3, dropout_seed=7, split=BlockSplit(block, x))
     # the exchanged rows are dropped by the model before the layer: the sum of the very rows
@@ -141,4 +141,31 @@ def test_attention_and_shared_rows_are_declared_whole(data):  # noqa: F811
 
     two = build(model_cfg("gcn").__class__(layers=2), data.feat_dim, data.num_classes,
                 builder=lambda *_: TwoReaders())
-    assert [t.sum for t in two.halo_takes(block, x)] == [False, False]
+    assert [t.sum for t in two.halo_takes(block, x)] == [True, False]  # its input has one reader
+
+    class ReadsAllInputs(nn.Module):  # uses every input row beside the layer: the input taken whole
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = GraphConv(data.feat_dim, 6), GraphConv(6, 4)
+
+        def forward(self, blocks, x):
+            return self.b(blocks[1], self.a(blocks[0], x) + x.mean(0)[:6])
+
+    everything = build(model_cfg("gcn").__class__(layers=2), data.feat_dim, data.num_classes,
+                       builder=lambda *_: ReadsAllInputs())
+    assert [t.sum for t in everything.halo_takes(block, x)] == [False, True]
+
+
+def test_the_summed_input_layer_equals_the_whole_pass_without_dropout(data):  # noqa: F811
+    """The input layer summed: the owned input rows, and the sum of the halo input rows (fixed)."""
+    model = build(model_cfg("gcn_layernorm", dropout=0.0), data.feat_dim, data.num_classes).eval()
+    whole = whole_graph_view(data, "custom")
+    full, captured = conv_inputs(model, whole.block, whole.x_src, step=0)
+    owned = np.arange(1, data.num_nodes, 3)
+    block, halo_ids, order = partition_block(data, owned)
+    x = whole.x_src[torch.from_numpy(order)]
+    assert model.halo_takes(block, x)[0].sum
+    exchange = SummedHalo(captured, torch.from_numpy(halo_ids), inputs=True)
+    with torch.no_grad():
+        part = model(block, x, exchange, split=BlockSplit(block, x))
+    torch.testing.assert_close(part, full[torch.from_numpy(owned)], rtol=1e-4, atol=1e-5)

@@ -49,15 +49,22 @@ def test_each_example_equals_one_process(tmp_path, small_graph_npz, references, 
 @needs_netns
 def test_the_fast_preset_serves_rows_to_a_model_file_from_python(tmp_path, small_graph_npz):
     """``dgl_sni.train(build, config)``: the trainers load ``build`` from its file; stale epochs
-    happen, and the metrics say the layers took served rows."""
+    happen, and the metrics say how the layers took their rows: the model's SAGEConv (mean) is
+    linear in its sources, so every stale epoch took its halo rows as their kept sum, and every
+    sync epoch DGL's own forward over whole rows, averaged over steps."""
+    from dgl_sni.config.presets import PRESETS
     from tests.integration.model_for_api import build
-    metrics = dgl_sni.train(build, dict(dataset=small_graph_npz, workers=2, preset="fast", epochs=12,
+    metrics = dgl_sni.train(build, dict(dataset=small_graph_npz, workers=2, preset="fast", epochs=16,
                                         layers=2, hidden=8))
     modes = [e["mode"] for e in metrics["epochs"]]
     assert "stale" in modes and "sync" in modes
-    assert metrics["in_effect"]["halo_paths"] == ["rows"]
+    forms = metrics["in_effect"]["halo_forms"]
+    assert forms["stale"] == {"0": {"sum": modes.count("stale")}, "1": {"sum": modes.count("stale")}}
+    assert forms["sync"]["1"] == {"rows": modes.count("sync")}
+    assert metrics["in_effect"]["halo_paths"] == ["summed"]
+    assert metrics["in_effect"]["averaged_rows"] == metrics["in_effect"]["averaged_grads"] == [1]
     assert metrics["config"]["model_file"].endswith("model_for_api.py:build")
-    assert metrics["config"]["sync_interval"] == 2
+    assert metrics["config"]["sync_interval"] == PRESETS["fast"].values["sync_interval"]
 
 
 def test_the_cli_refuses_a_file_without_build_or_a_build_without_a_module(tmp_path, small_graph_npz):

@@ -244,7 +244,8 @@ def test_the_switch_refuses_every_setting_it_would_not_honour():
     from dgl_sni.config.presets import RULES
     from dgl_sni.sni.kvstore import enable
     refused = {"smooth": 0.5, "quantize": 8, "stale_halo": "summed", "row_average": 0.9, "grad_average": 0.9,
-               "sync_policy": "drift"}
+               "sync_policy": "drift", "stale_grad": "last", "sync_halo": "inputs", "transfer": True,
+               "halo_sample": 0.5, "stale_truth": "rows"}
     # every refusal of the switch's rows is refused by enable(), each naming its setting and context
     assert {r.setting for r in RULES if r.context == "switch" and r.refuse} == set(refused)
     for name, value in refused.items():
