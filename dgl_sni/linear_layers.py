@@ -26,8 +26,10 @@ import torch
 import torch.nn as nn
 
 import dgl_sni  # noqa: F401  (DGL shims first)
-import dgl.ops as dops
 from dgl.nn import GINConv, GraphConv, SAGEConv
+
+from .aggregate import copy_u_sum
+from .projection import project
 
 if TYPE_CHECKING:
     from .halo.sums import BlockSplit
@@ -59,18 +61,26 @@ def _degree_scale(degrees: torch.Tensor, power: float) -> torch.Tensor:
 
 
 class _Scales:
-    """The per-source scales of one block, made once so a kept sum can be checked against them."""
+    """The degree scales of one block, made once (a kept sum is checked against the same tensor)."""
 
     def __init__(self):
-        self._made = {}  # (id(graph), power) -> (graph, own rows' scale, halo rows' scale)
+        self._made = {}  # (id(graph), side, power) -> (graph, scales...)
 
     def get(self, graph, power: float) -> tuple:
-        key = (id(graph), power)
+        """``(owned sources' scale, halo sources' scale)``: out-degree ** power."""
+        key = (id(graph), "out", power)
         if key not in self._made:
             scale = _degree_scale(graph.out_degrees(), power)
             n = graph.num_dst_nodes()
             self._made[key] = (graph, scale[:n], scale[n:])
         return self._made[key][1:]
+
+    def dst(self, graph, power: float) -> torch.Tensor:
+        """The destinations' in-degree ** power."""
+        key = (id(graph), "in", power)
+        if key not in self._made:
+            self._made[key] = (graph, _degree_scale(graph.in_degrees(), power))
+        return self._made[key][1]
 
 
 class GraphConvSum(SumsHaloRows):
@@ -87,17 +97,16 @@ class GraphConvSum(SumsHaloRows):
 
     def forward_summed(self, module, graph, split, h_own, halo_sum):
         power = self.POWERS.get(module._norm)
-        if power is not None:
-            h_own = h_own * self._scales.get(graph, power)[0]
-        weight = module.weight
+        scale = None if power is None else self._scales.get(graph, power)[0]
+        weight, local = module.weight, split.local.graph
         if weight is not None and module._in_feats > module._out_feats:  # project first, as DGL does
-            rst = dops.copy_u_sum(split.local.graph, h_own @ weight) + halo_sum @ weight
+            rst = copy_u_sum(local, project(h_own, weight, scale)) + project(halo_sum, weight)
         else:
-            rst = dops.copy_u_sum(split.local.graph, h_own) + halo_sum
+            rst = copy_u_sum(local, h_own if scale is None else h_own * scale) + halo_sum
             if weight is not None:
-                rst = rst @ weight
+                rst = project(rst, weight)
         if module._norm in ("right", "both"):
-            rst = rst * _degree_scale(graph.in_degrees(), -0.5 if module._norm == "both" else -1.0)
+            rst = rst * self._scales.dst(graph, -0.5 if module._norm == "both" else -1.0)
         if module.bias is not None:
             rst = rst + module.bias
         return rst if module._activation is None else module._activation(rst)
@@ -114,7 +123,7 @@ class SAGEConvSum(SumsHaloRows):
         h = module.feat_drop(h_own)
         fc = module.fc_neigh
         lin_first = module._in_src_feats > module._out_feats
-        local = dops.copy_u_sum(split.local.graph, fc(h) if lin_first else h)
+        local = copy_u_sum(split.local.graph, fc(h) if lin_first else h)
         neigh = local + (fc(halo_sum) if lin_first else halo_sum)
         if module._aggre_type == "mean":
             neigh = neigh / graph.in_degrees().to(neigh).clamp(min=1).unsqueeze(1)
@@ -136,7 +145,7 @@ class GINConvSum(SumsHaloRows):
         return None
 
     def forward_summed(self, module, graph, split, h_own, halo_sum):
-        neigh = dops.copy_u_sum(split.local.graph, h_own) + halo_sum
+        neigh = copy_u_sum(split.local.graph, h_own) + halo_sum
         if module._aggregator_type == "mean":
             neigh = neigh / graph.in_degrees().to(neigh).clamp(min=1).unsqueeze(1)
         rst = (1 + module.eps) * h_own + neigh

@@ -236,8 +236,7 @@ class WorkerSession:
             summary["resumed_from"] = resumed_from  # epochs 0..resumed_from ran before (its checkpoint)
         if cfg.output.metrics:
             write_metrics(cfg.output.metrics, cfg.as_dict(), epochs, summary, partition=self.meta,
-                          in_effect=dict(quantize=cfg.sni.quantize, smooth=cfg.sni.smooth,
-                                         stale_halo="summed" if cfg.stale_sums else "rows",
+                          in_effect=dict(stale_halo="summed" if cfg.stale_sums else "rows",
                                          halo_paths=halo_paths(ran, len(dims)), sync_halo=sync_halo,
                                          **ran, allocator=allocator_in_use()))
         return summary

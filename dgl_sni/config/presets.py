@@ -142,6 +142,16 @@ def describe(name: str = "fast") -> str:
     return text + ". Where a context cannot take a value: " + "; ".join(parts)
 
 
+def rules_table() -> str:
+    """:data:`RULES` as the markdown table ``docs/design-choices.md`` shows (a test keeps the two equal)."""
+    lines = ["| context | setting | fast there | given otherwise | why | evidence |", "|---|---|---|---|---|---|"]
+    for r in RULES:
+        value = f"`{r.value}`'s values" if r.setting == "preset" else f"`{r.value}`"
+        lines.append(f"| {r.context.replace('_', ' ')} | `{r.setting}` | {value} | "
+                     f"{'refused' if r.refuse else 'runs'} | {r.why} | {r.evidence or 'the mechanism'} |")
+    return "\n".join(lines)
+
+
 def expand(given: dict, context: Context, defaults: dict) -> dict:
     """Every setting of the SNI part: ``defaults``, then the preset's values (``given["preset"]``
     or the context's preset; a stale interval given without a preset adds fast's

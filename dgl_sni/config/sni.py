@@ -102,20 +102,19 @@ class SNIConfig:
                             sweep=True, needs=("--predictor gated", lambda c: c.predictor == "gated"))
     quantize: int = option(0, "bits per halo value and halo gradient on the wire: 8 or 4, stochastically "
                               "rounded with a per-row scale (0: float32, exact; evaluation always moves "
-                              "float32 rows). Presets: " + _by_preset("quantize") + " (0 on the storage tier "
-                              "and with --sync-policy pipeline)",
+                              "float32 rows). Presets: " + _by_preset("quantize") + " (contexts that take another "
+                              "value: --preset)",
                            choices=QUANTIZE_BITS, sweep=True)
     smooth: float = option(0.75, "the agent keeps each halo row as an exponential average over sync "
                                  "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
                                  "epochs then serve rows that do not carry the one dropout draw the "
-                                 "sync's update fitted); 0: the synced rows (0 with --sync-policy pipeline, "
-                                 "which has no agent, and in the stock-script switch)",
+                                 "sync's update fitted); 0: the synced rows",
                            sweep=True)
     stale_halo: str = option("summed", "how a stale epoch's layers take the served halo rows: rows (as "
                                        "fresh ones, input dropout included) or summed (each layer adds "
                                        "the sum of its halo rows, kept until the served rows change, "
-                                       "without dropout on them: the mean of the exact epoch's). GAT and the "
-                                       "storage tier take rows",
+                                       "without dropout on them: the mean of the exact epoch's), where a layer "
+                                       "declares it can (attention layers take rows)",
                              choices=STALE_HALO, sweep=True)
     sync_halo: str = option("auto", "how the sync epochs of a run whose stale epochs take summed halo rows "
                                     "take theirs: inputs (only the input features' halo rows are summed, "

@@ -66,6 +66,7 @@ class KVHaloExchange:
         self._row_avg, self._grad_avg = {}, {}  # layer -> owned rows / halo gradients averaged over steps
         self._ran = {}  # (mode, layer) -> {form: training steps that took the layer's rows so}
         self._averaged_layers = {"rows": set(), "grads": set()}  # layers whose published averages ran
+        self._bits, self._smoothing = set(), set()  # what the training steps' plans moved rows with
 
     def owned_local_offsets(self) -> np.ndarray:
         return self.wire.owned_local_offsets()
@@ -76,6 +77,9 @@ class KVHaloExchange:
         self.complete_step()
         self.plan = self.planner.plan(step, training)
         self._record(0, Form.SUM if self.plan.input_sum else Form.ROWS)  # the input layer: features in memory
+        if training:
+            self._bits.add(self.plan.bits)
+            self._smoothing.add(self.plan.smoothing)
         self.wire.use(step, training, self.plan.bits)
         if any(lp.source is Source.SAMPLED for lp in self.plan.layers.values()):
             self._picked = self.wire.sample(self.planner.sample)  # the same rows for every layer of the step
@@ -138,13 +142,15 @@ class KVHaloExchange:
     def ran(self) -> dict:
         """What the training steps did, for the metrics' ``in_effect``: per mode (``sync``,
         ``stale``, ``pipelined``), per layer (0: the input layer, whose halo rows are features),
-        the forms its halo rows were taken in and on how many steps; and the layers whose
-        published rows and pushed gradients were averages."""
+        the forms its halo rows were taken in and on how many steps; the layers whose
+        published rows and pushed gradients were averages; the bits rows moved with
+        (``quantize``) and the smoothing of the served rows (``smooth``)."""
         forms = {}
         for (mode, layer), counts in sorted(self._ran.items()):
             forms.setdefault(mode, {})[str(layer)] = {f.value: n for f, n in counts.items()}
         return dict(halo_forms=forms, averaged_rows=sorted(self._averaged_layers["rows"]),
-                    averaged_grads=sorted(self._averaged_layers["grads"]))
+                    averaged_grads=sorted(self._averaged_layers["grads"]),
+                    quantize=max(self._bits, default=0), smooth=max(self._smoothing, default=0.0))
 
     def _record(self, layer: int, form: Form) -> None:
         if self.plan.training:
