@@ -31,11 +31,15 @@ def test_the_summary_judges_every_run_against_the_first(tmp_path):
 
 def test_the_plots_are_written_and_bad_inputs_named(tmp_path, capsys):
     a = run_file(tmp_path, "a", [0.5, 0.7], 0.2, measured=True)
-    b = run_file(tmp_path, "b", [0.5, 0.6], 0.1, mode="stale")
+    b = run_file(tmp_path, "b", [0.5, 0.7], 0.05, mode="stale")
     assert main(["report", a, b, "--out", str(tmp_path / "plots")]) == 0
     written = sorted(p.name for p in (tmp_path / "plots").iterdir())
     assert written == sorted(f"{n}.{e}" for n in ("accuracy", "breakdown", "bytes", "staleness") for e in ("png", "svg"))
-    assert "sooner" in capsys.readouterr().out
+    # the target 0.69 (0.7 - 0.01) is reached at epoch 1 (the second) by both: after 0.4 s and 0.1 s, 4x sooner
+    lines = capsys.readouterr().out.splitlines()
+    row_b = next(line for line in lines if line.startswith("b "))
+    assert row_b.split()[-3:] == ["0.1", "1", "4.00x"], row_b
+    assert any(line.startswith("target:") and line.endswith("= 0.6900") for line in lines)
     (tmp_path / "bad.json").write_text("{}")
     assert main(["report", str(tmp_path / "bad.json")]) == 2
     assert "not a dgl-sni metrics file" in capsys.readouterr().err
