@@ -11,7 +11,7 @@ thread) those passes were about a quarter of the step's CPU time; the compiled k
 
 Forward values are the bits of the torch ops (same float operations, same order); the
 bias gradient is summed in float64 blocks where torch sums in float32, so it agrees to
-float rounding. Used by :class:`~dgl_sni.models.GCNLayer`; off the compiled path (a
+float rounding. Used by :class:`~dgl_sni.layers.GCNLayer`; off the compiled path (a
 float64 or non-CPU tensor) it is the torch ops.
 """
 from __future__ import annotations

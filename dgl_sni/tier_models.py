@@ -66,7 +66,8 @@ import torch.nn.functional as F
 
 from storage_tier.block import MODELS_WITH_SELF_LOOPS, GraphBlock
 
-from .models import FullGraphGNN, HaloLinear, keyed_dropper, seeded
+from .layers import HaloLinear
+from .models import FullGraphGNN, keyed_dropper, seeded
 
 
 class TierModel(nn.Module):
@@ -169,7 +170,7 @@ class _Shipped(TierModel):
     # the source-major backward (storage_tier.protocols.SourceMajorModel); a user model on
     # the base class does not declare it, and the engine recomputes its layer_forward instead
     def source_major(self, layer):
-        """GCN and SAGE layers are linear in each source row (:class:`~dgl_sni.models.HaloLinear`);
+        """GCN and SAGE layers are linear in each source row (:class:`~dgl_sni.layers.HaloLinear`);
         a subclass that changes :meth:`layer_forward` (another activation...) opts out."""
         return type(self).layer_forward is _Shipped.layer_forward and isinstance(self.layers[layer], HaloLinear)
 

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from dgl_sni.models import GATLayer, GCNLayer, SAGELayer, init_model
+from dgl_sni.layers import GATLayer, GCNLayer, SAGELayer
+from dgl_sni.models import init_model
 from dgl_sni.halo.rows import ROWS_ONLY, SPLITS
 from storage_tier.block import build_block
 

@@ -150,7 +150,8 @@ def test_a_gcn_layer_drops_its_inputs_inside_the_projection_to_the_bit(one_threa
     """``dropped_forward`` (the exact pass's layers over the whole block) gives the bits of
     the dropout followed by the layer: output, input gradient and weight gradient."""
     from dgl_sni.data import synthetic
-    from dgl_sni.models import GCNLayer, keyed_dropper
+    from dgl_sni.layers import GCNLayer
+    from dgl_sni.models import keyed_dropper
     from storage_tier.block import build_block
     data = synthetic(num_nodes=400, avg_degree=6, num_classes=4, feat_dim=dims[0], seed=3)
     in_deg, out_deg = data.degrees()

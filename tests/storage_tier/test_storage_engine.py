@@ -178,7 +178,7 @@ def test_exact_under_engine_options(graph, tmp_path, options):
 def test_source_major_backward_only_where_the_model_allows_it(graph, tmp_path):
     """GCN/SAGE backpropagate source-major by default (hoisted dropout or not); GAT, a
     model changing ``layer_forward`` and the snapshot mode use the regather pass."""
-    from dgl_sni.models import GCNLayer
+    from dgl_sni.layers import GCNLayer
     from dgl_sni.tier_models import TierGCN, TierModel
 
     class EluGCN(TierGCN):

@@ -18,7 +18,8 @@ from dgl_sni.halo.rows import Form
 from dgl_sni.halo.sums import BlockSplit, KeptSums, halo_in_rows
 from dgl_sni.sni.schedule import SyncSchedule
 from dgl_sni.metrics import Counters
-from dgl_sni.models import GCNLayer, SAGELayer, init_model
+from dgl_sni.layers import GCNLayer, SAGELayer
+from dgl_sni.models import init_model
 from dgl_sni.projection import project
 from dpu_agent.client import InlineAgentClient
 from storage_tier.block import build_block
