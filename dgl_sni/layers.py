@@ -26,7 +26,6 @@ from .projection import project
 
 if TYPE_CHECKING:
     from .halo.sums import BlockSplit
-    from .models import KeyedDropper
 
 
 class HaloLinear(abc.ABC):
@@ -95,7 +94,7 @@ class HaloLinear(abc.ABC):
     def forward_summed(self, split: "BlockSplit", h_own: torch.Tensor, halo_sum: torch.Tensor) -> torch.Tensor:
         return self.combine(split, h_own, self.local_sum(split, h_own), halo_sum)
 
-    def dropped_forward(self, block: GraphBlock, h_src: torch.Tensor, drop: "KeyedDropper | None",
+    def dropped_forward(self, block: GraphBlock, h_src: torch.Tensor, drop,
                         act: str | None = None) -> torch.Tensor:
         """``forward`` of the rows ``h_src`` through the layer's input dropout ``drop``
         (``None``: none); a layer may fuse the two (GCN projects and drops in one kernel)."""
@@ -103,7 +102,7 @@ class HaloLinear(abc.ABC):
         return self(block, h, drop, act)
 
     def dropped_local_sum(self, split: "BlockSplit", h: torch.Tensor,
-                          drop: "KeyedDropper | None") -> "tuple[torch.Tensor | None, torch.Tensor]":
+                          drop) -> "tuple[torch.Tensor | None, torch.Tensor]":
         """The owned rows ``h`` through the layer's input dropout ``drop`` (``None``: none)
         and :meth:`local_sum`: ``(owned rows for combine, local sum)``. A layer may fuse the
         dropout into its first op; it then hands :meth:`combine` what that reads of the
