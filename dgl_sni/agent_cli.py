@@ -398,8 +398,50 @@ def parse_hosts(text: str, source: str = "hosts file", default_pci: str | None =
     return hosts
 
 
+# The agent's service runs with the least privilege DOCA DMA allows (docs/agent.md): a dynamic
+# user of its own; one capability, CAP_IPC_LOCK, because registering its tables for DMA pins
+# their pages (beyond RLIMIT_MEMLOCK without it); of the devices only the RDMA verbs devices
+# (/dev/infiniband/uverbs*, through which DOCA opens the BlueField's mlx5 functions) and of the
+# sockets only AF_UNIX and AF_NETLINK (verbs finds its devices over RDMA netlink), no IP traffic
+# (Comch and DMA run over PCIe). In --doca mode it writes no file: its tables are anonymous memory,
+# its log the journal.
+HARDENING = (
+    "DynamicUser=yes",
+    "NoNewPrivileges=yes",
+    "CapabilityBoundingSet=CAP_IPC_LOCK",
+    "AmbientCapabilities=CAP_IPC_LOCK",
+    "LimitMEMLOCK=infinity",
+    "DevicePolicy=closed",
+    "DeviceAllow=char-infiniband_verbs rw",
+    "ProtectSystem=strict",
+    "ProtectHome=yes",
+    "PrivateTmp=yes",
+    "PrivateMounts=yes",
+    "IPAddressDeny=any",
+    "ProtectKernelTunables=yes",
+    "ProtectKernelModules=yes",
+    "ProtectKernelLogs=yes",
+    "ProtectControlGroups=yes",
+    "ProtectClock=yes",
+    "ProtectHostname=yes",
+    "ProtectProc=invisible",
+    "ProcSubset=pid",
+    "RestrictNamespaces=yes",
+    "RestrictRealtime=yes",
+    "RestrictSUIDSGID=yes",
+    "RestrictAddressFamilies=AF_UNIX AF_NETLINK",
+    "LockPersonality=yes",
+    "MemoryDenyWriteExecute=yes",
+    "RemoveIPC=yes",
+    "UMask=0077",
+    "SystemCallArchitectures=native",
+    "SystemCallFilter=@system-service",
+    "SystemCallFilter=~@privileged @resources",
+)
+
+
 def unit_text(dpu: DpuHost, remote_dir: str = DEFAULT_REMOTE_DIR) -> str:
-    """The systemd unit that runs the agent on ``dpu``."""
+    """The systemd unit that runs the agent on ``dpu``, hardened (:data:`HARDENING`)."""
     return (
         "[Unit]\n"
         f"Description=dgl-sni agent (sni-agent) on the BlueField at {dpu.pci}\n"
@@ -410,6 +452,7 @@ def unit_text(dpu: DpuHost, remote_dir: str = DEFAULT_REMOTE_DIR) -> str:
         f"ExecStart={remote_dir}/sni-agent --doca --pci {dpu.pci} --name {dpu.name}\n"
         "Restart=on-failure\n"
         "RestartSec=2\n"
+        + "".join(f"{line}\n" for line in HARDENING) +
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n")

@@ -4,6 +4,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import stat
@@ -282,11 +283,48 @@ def test_deploy_commands_exactly():
         ["ssh", "-p", "2222", "ubuntu@dpu-a", INSTALL],
         ["ssh", "-p", "2222", "ubuntu@dpu-a", START],
     ]
-    assert unit_text(dpu, "/opt/sni") == (
-        "[Unit]\nDescription=dgl-sni agent (sni-agent) on the BlueField at 03:00.0\n"
-        "After=network-online.target\nWants=network-online.target\n\n"
-        "[Service]\nExecStart=/opt/sni/sni-agent --doca --pci 03:00.0 --name sni-a\n"
-        "Restart=on-failure\nRestartSec=2\n\n[Install]\nWantedBy=multi-user.target\n")
+    unit = unit_text(dpu, "/opt/sni").splitlines()
+    assert unit[:6] == ["[Unit]", "Description=dgl-sni agent (sni-agent) on the BlueField at 03:00.0",
+                        "After=network-online.target", "Wants=network-online.target", "", "[Service]"]
+    assert "ExecStart=/opt/sni/sni-agent --doca --pci 03:00.0 --name sni-a" in unit
+    assert unit[-3:] == ["", "[Install]", "WantedBy=multi-user.target"]
+
+
+def _service(unit: list) -> dict:
+    out = {}
+    for line in unit[unit.index("[Service]") + 1: unit.index("[Install]")]:
+        if line:
+            key, _, value = line.partition("=")
+            out.setdefault(key, []).append(value)
+    return out
+
+
+def test_the_unit_runs_the_agent_with_least_privilege():
+    service = _service(unit_text(DpuHost("dpu-a", "03:00.0", "sni-a", 1), "/opt/sni").splitlines())
+    for key, value in (("NoNewPrivileges", "yes"), ("ProtectSystem", "strict"), ("ProtectHome", "yes"),
+                       ("PrivateTmp", "yes"), ("DynamicUser", "yes"), ("DevicePolicy", "closed")):
+        assert service[key] == [value], key
+    # one capability, bounded and ambient: pinning the DMA-registered tables' pages
+    assert service["CapabilityBoundingSet"] == service["AmbientCapabilities"] == ["CAP_IPC_LOCK"]
+    assert service["DeviceAllow"] == ["char-infiniband_verbs rw"]  # the RDMA verbs devices only
+    assert "User" not in service and "ReadWritePaths" not in service  # no fixed user, nothing written
+
+
+@pytest.mark.skipif(not shutil.which("systemd-analyze"), reason="systemd-analyze is not installed")
+def test_systemd_accepts_the_unit_and_rates_its_exposure_low(tmp_path):
+    agent = tmp_path / "opt" / "sni-agent"
+    agent.parent.mkdir()
+    agent.write_text("#!/bin/sh\n")
+    agent.chmod(0o755)
+    unit = tmp_path / "sni-agent.service"
+    unit.write_text(unit_text(DpuHost("dpu-a", "03:00.0", "sni-a", 1), str(agent.parent)))
+    verify = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert verify.returncode == 0 and not verify.stderr.strip(), verify.stderr
+    security = subprocess.run(["systemd-analyze", "security", "--offline=true", str(unit)], capture_output=True,
+                              text=True)
+    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", security.stdout)
+    assert security.returncode == 0 and found, security.stdout + security.stderr
+    assert float(found.group(1)) <= 2.0  # "OK"; a unit without the hardening rates 9.6 ("UNSAFE")
 
 
 def test_deploy_dry_run_prints_everything_and_runs_nothing(tmp_path):
