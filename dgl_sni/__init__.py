@@ -49,8 +49,8 @@ def __getattr__(name):
 
 def _autoenable_from_env():
     import os
-    if os.environ.get("DGL_SNI_CONFIG") or os.environ.get("DGL_SNI", "").strip().lower() not in (
-            "", "0", "false", "no", "off"):
+    from .config.sni import switch_on
+    if os.environ.get("DGL_SNI_CONFIG") or switch_on():
         from .sni.kvstore import install_autoenable
         install_autoenable()
 

@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .config import SNIConfig
+
 SKIP = 5  # start-up epochs left out of the medians
 
 
@@ -118,7 +120,8 @@ def from_metrics(m: dict, cores: int | None) -> tuple[Cluster, dict]:
                  edges=statistics.mean(w["local_edges"] for w in ws), feat_dim=part.get("feat_dim") or cfg.get("feat_dim"),
                  hidden=cfg["hidden"], classes=part.get("num_classes") or cfg.get("classes"), layers=cfg["layers"],
                  bits=bits, interval=cfg.get("sync_interval", 1), cores=cores)
-    epochs = m["epochs"][max(SKIP, cfg.get("warmup", 0) if staled else 0):] or m["epochs"]
+    warmup = cfg.get("warmup", SNIConfig().warmup) if staled else 0  # a file without it ran the default
+    epochs = m["epochs"][max(SKIP, warmup):] or m["epochs"]
     measured = dict(epoch_s=statistics.mean(e["time_s"] for e in epochs),
                     graph=f"{part.get('num_nodes', '?')} nodes, {part.get('num_edges', '?')} edges")
     for mode in ("sync", "stale"):

@@ -45,6 +45,14 @@ def _cache_budget_ok(value) -> bool:
         return False
 
 
+SWITCH_OFF = ("", "0", "false", "no", "off")  # values of DGL_SNI that leave the stock-script switch off
+
+
+def switch_on() -> bool:
+    """``DGL_SNI`` asks for the stock-script switch (any value but :data:`SWITCH_OFF`)."""
+    return os.environ.get("DGL_SNI", "").strip().lower() not in SWITCH_OFF
+
+
 @dataclass
 class SNIConfig:
     """How stale epochs are served: one set of defaults, shared by ``dgl-sni train`` and the
@@ -279,7 +287,6 @@ class SNIConfig:
         path = os.environ.get("DGL_SNI_CONFIG")
         if path:
             return cls.from_file(path)
-        flag = os.environ.get("DGL_SNI", "").strip().lower()
-        if flag in ("", "0", "false", "no", "off"):
+        if not switch_on():
             return None
         return cls.from_dict({})

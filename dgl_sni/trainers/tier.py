@@ -20,6 +20,7 @@ from storage_tier.shard import TierShardLayout, layer_tag, layout_path
 from storage_tier.subparts import RowSpace, SubpartitionPlan, rowspace_from_graph, rowspace_from_view
 
 from ..collective import LocalCollective
+from ..config import TierConfig, parse_bytes
 from ..metrics import Counters
 from ..tier_models import TierModel, tier_model
 from .base import TrainerBase
@@ -38,7 +39,7 @@ class TierTrainer(TrainerBase):
     :class:`~dgl_sni.trainers.base.LocalView` or a :class:`~storage_tier.subparts.RowSpace`
     (:meth:`from_graph` builds one for a whole graph without a whole-graph DGL block);
     ``num_subparts`` P; ``storage_dir`` (parent of the run directory; default the temp
-    dir); ``host_cache_budget`` in bytes; ``collective`` / ``counters`` as for
+    dir); ``host_cache_budget`` in bytes (``None``: the configuration's ``--host-cache-budget``); ``collective`` / ``counters`` as for
     FullGraphTrainer; ``exchange`` (a :class:`~storage_tier.protocols.HaloExchange`,
     default :class:`~storage_tier.protocols.NoExchange`); ``model`` (a
     :class:`~dgl_sni.tier_models.TierModel`, default the shipped GCN/SAGE/GAT of ``cfg``
@@ -62,7 +63,7 @@ class TierTrainer(TrainerBase):
     """
 
     def __init__(self, cfg, view, in_dim: int, num_classes: int, num_subparts: int = 4,
-                 storage_dir: str | None = None, host_cache_budget: int = 256 << 20,
+                 storage_dir: str | None = None, host_cache_budget: int | None = None,
                  collective=None, exchange: HaloExchange | None = None,
                  counters: Counters | None = None, *,
                  model: TierModel | None = None, partition: str = "auto", mode: str = "regather",
@@ -91,6 +92,8 @@ class TierTrainer(TrainerBase):
         dims = [int(in_dim)] + [self.model.layer_out_dim(l) for l in range(self.model.num_layers - 1)]
         self.io = IOEngine(storage_dir, io_mode)
         try:
+            if host_cache_budget is None:  # the configuration's one default
+                host_cache_budget = parse_bytes(TierConfig().host_cache_budget, "--host-cache-budget")
             self.cache = HostCache(host_cache_budget)
             self.engine = TierEngine(self.model, self.plan, self.io, self.cache, dims,
                                      self.exchange, mode=mode, lazy_writes=lazy_writes,
