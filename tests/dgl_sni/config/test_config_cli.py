@@ -327,3 +327,17 @@ def test_boundary_node_sampling_is_for_exact_float32_steps_in_memory():
             TrainConfig.from_dict(dict(halo_sample=0.3, **bad)).validate()
     with pytest.raises(ValueError, match=r"--halo-sample must lie in \[0, 1\]"):
         TrainConfig.from_dict(dict(halo_sample=1.5)).validate()
+
+
+def test_the_exceptions_of_fast_are_one_table_and_the_docs_show_it():
+    """Every context that takes another value than fast's is a row of RULES; the design
+    document shows that table as generated, and --help names every context."""
+    from pathlib import Path
+    from dgl_sni.config.presets import RULES, describe, rules_table
+    doc = (Path(__file__).resolve().parents[3] / "docs" / "design-choices.md").read_text()
+    assert rules_table() in doc
+    text = describe("fast")
+    for rule in RULES:
+        assert rule.context.replace("_", " ") in text and rule.why
+        if rule.setting != "preset":
+            assert f"{rule.setting} {rule.value}" in text
