@@ -127,12 +127,11 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .host_cache import HostCache
 from .io import HEADER, IOEngine, kvikio_available, padded
 from .memory import peak_rss_mb
-from .protocols import HaloExchange, NoExchange, SourceMajorModel, TierModel
+from .protocols import HaloExchange, NoExchange, PartLoss, SourceMajorModel, TierModel
 from .subparts import SubpartitionPlan
 
 MODES = ("regather", "snapshot")
@@ -536,44 +535,44 @@ class TierEngine:
         if compute and self.plan.num_halo:
             self._exchange_forward(layer + 1)
 
-    def backward(self, global_train: float) -> tuple:
+    def backward(self, loss: PartLoss) -> tuple:
         """Layers L-1..0, source-major where the model allows it, else regather, recompute,
-        backpropagate (module docstring); returns (loss, correct)."""
+        backpropagate (module docstring), from the trainer's ``loss`` of each sub-partition's
+        logits; returns (the step's loss, correct training rows)."""
         self._mark_phase("bwd")
         if self.source_major:
-            loss, correct = self._loss_gradients(global_train)
+            total, correct = self._loss_gradients(loss)
             for layer in reversed(range(self.model.num_layers)):
                 self._backward_layer_sources(layer)
-            return loss, correct
-        loss, correct = 0.0, 0
+            return total, correct
+        total, correct = 0.0, 0
         for layer in reversed(range(self.model.num_layers)):
-            lo, co = self._backward_layer(layer, global_train)
-            loss += lo
+            lo, co = self._backward_layer(layer, loss)
+            total += lo
             correct += co
-        return loss, correct
+        return total, correct
 
-    def _loss_gradients(self, global_train: float) -> tuple:
+    def _loss_gradients(self, loss: PartLoss) -> tuple:
         """Source-major backward, step 1: the logits of every sub-partition (no autograd
-        through the layer), the loss of its training rows and the loss's gradient with
-        respect to its logits, as units ``grad[L]``; returns (loss, correct)."""
+        through the layer), the trainer's loss of them and its gradient with respect to the
+        logits, as units ``grad[L]``; returns (loss, correct)."""
         L = self.model.num_layers
-        loss, correct = 0.0, 0
+        total, correct = 0.0, 0
         for part, logits in self._logits("bwd", {("act", L - 1), ("grad", L)}):
             with self._time(L - 1, "bwd", "compute_s"):
                 grad = torch.zeros_like(logits)
-                mask = part.train_mask.to(logits.device)
-                if bool(mask.any()):
-                    out = logits.requires_grad_(True)
-                    labels = part.labels.to(out.device)[mask]
-                    with torch.enable_grad():
-                        value = F.cross_entropy(out[mask], labels, reduction="sum") / global_train
-                        value.backward()
+                out = logits.requires_grad_(True)
+                with torch.enable_grad():
+                    taken = loss(out, part)
+                    if taken is not None:
+                        taken[0].backward()
+                if taken is not None:
                     grad = out.grad
-                    loss += value.item()
-                    correct += int((out[mask].argmax(1) == labels).sum())
+                    total += taken[0].item()
+                    correct += taken[1]
             self._gwidth[L] = grad.shape[1]
             self._emit(("grad", L, part.index), grad, L - 1, "bwd", self._lazy_grads, unit_eviction=True)
-        return loss, correct
+        return total, correct
 
     def _logits(self, phase: str, active: set):
         """Yield ``(sub-partition, logits)``: the last layer over every sub-partition's
@@ -685,7 +684,7 @@ class TierEngine:
                              f"expected {(plan.num_owned, self.dims[layer])}")
         return received.to(torch.float32)
 
-    def _backward_layer(self, layer: int, global_train: float) -> tuple:
+    def _backward_layer(self, layer: int, loss: PartLoss) -> tuple:
         plan, parts = self.plan, self.plan.parts
         L = self.model.num_layers
         last, need_grad = layer == L - 1, layer > 0
@@ -706,7 +705,7 @@ class TierEngine:
                 accesses.append((("grad", layer + 1, s), True))
             if need_grad:
                 accesses.extend((("grad", layer, src.part), False) for src in parts[s].sources)
-        loss, correct = 0.0, 0
+        total, correct = 0.0, 0
         with self._pass(accesses) as pf:
             for s in order:
                 part = parts[s]
@@ -722,13 +721,11 @@ class TierEngine:
                     with torch.enable_grad():
                         out = self._layer_out(layer, block, xt)
                         if last:
-                            mask = part.train_mask.to(out.device)
-                            if bool(mask.any()):
-                                labels = part.labels.to(out.device)[mask]
-                                value = F.cross_entropy(out[mask], labels, reduction="sum") / global_train
-                                value.backward()
-                                loss += value.item()
-                                correct += int((out[mask].argmax(1) == labels).sum())
+                            taken = loss(out, part)
+                            if taken is not None:
+                                taken[0].backward()
+                                total += taken[0].item()
+                                correct += taken[1]
                         else:
                             g = g_out if isinstance(g_out, torch.Tensor) else torch.from_numpy(g_out)
                             out.backward(g.to(out.device))
@@ -762,7 +759,7 @@ class TierEngine:
                 for p in plan.unit_parts:
                     if ("grad", layer, p) in self.cache:
                         self._grad_stored.add(("grad", layer, p))
-        return loss, correct
+        return total, correct
 
     @torch.no_grad()
     def predict(self) -> torch.Tensor:

@@ -155,6 +155,18 @@ class TierModel(Protocol):
 
 
 @runtime_checkable
+class PartLoss(Protocol):
+    """The training loss of one sub-partition, owned by the trainer; the engine only runs layers.
+
+    ``loss(logits, part)``: the part's share of the step's loss from the logits of its
+    destination rows (``part`` a :class:`~storage_tier.subparts.Subpartition`: its labels and
+    masks), differentiable in ``logits``, and how many of its training rows it predicts right;
+    ``None`` where the part has no training row. The engine backpropagates it."""
+
+    def __call__(self, logits: torch.Tensor, part) -> "tuple[torch.Tensor, int] | None": ...
+
+
+@runtime_checkable
 class SourceMajorModel(TierModel, Protocol):
     """A :class:`TierModel` whose layers the engine can backpropagate source unit by source unit.
 

@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from storage_tier.engine import TierEngine
 from storage_tier.host_cache import HostCache
@@ -24,6 +25,24 @@ from ..config import TierConfig, parse_bytes
 from ..metrics import Counters
 from ..tier_models import TierModel, tier_model
 from .base import TrainerBase
+
+
+class TrainingLoss:
+    """The loss of one sub-partition's logits, as the in-memory trainer takes it: the sum of
+    per-node cross entropy over its training rows divided by the global number of training
+    nodes (so the workers' and sub-partitions' gradients add up to the single-process mean's).
+    Handed to the engine's backward (:class:`storage_tier.protocols.PartLoss`)."""
+
+    def __init__(self, global_train: float):
+        self.global_train = global_train
+
+    def __call__(self, logits: torch.Tensor, part):
+        mask = part.train_mask.to(logits.device)
+        if not bool(mask.any()):
+            return None
+        labels = part.labels.to(logits.device)[mask]
+        value = F.cross_entropy(logits[mask], labels, reduction="sum") / self.global_train
+        return value, int((logits[mask].argmax(1) == labels).sum())
 
 
 class TierTrainer(TrainerBase):
@@ -131,7 +150,7 @@ class TierTrainer(TrainerBase):
             mode = self.exchange.begin_step(self.step, training=True)
             self.optimizer.zero_grad(set_to_none=False)
             self.engine.forward(training=True)
-            loss, correct = self.engine.backward(self.global_counts[0].item())
+            loss, correct = self.engine.backward(TrainingLoss(self.global_counts[0].item()))
             self.io.wait()
             total_loss, total_correct = self._all_reduce_step(loss, int(correct))
             self.optimizer.step()
