@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import run_cli
-from dgl_sni.agent_cli import (DRY_RUN_STAGE, AgentCliError, DpuHost, deploy_commands, parse_hosts, unit_path,
-                               unit_text)
+from dgl_sni.agent_deploy import (DRY_RUN_STAGE, AgentCliError, DpuHost, deploy_commands, parse_hosts, unit_path,
+                                  unit_text)
 from dpu_agent.binary import agent_command
 from dpu_agent.client import connect_socket
 
