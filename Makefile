@@ -8,8 +8,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 # Debian packages the agent's tests use: the aarch64 cross compiler and qemu-user (the static
-# aarch64 sni-agent under emulation), clang + libFuzzer runtime (the protocol fuzz target).
-AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev
+# aarch64 sni-agent under emulation), clang + libFuzzer runtime (the protocol fuzz target),
+# systemd (systemd-analyze checks the agent's unit for DPUs).
+AGENT_TEST_DEBS := g++-aarch64-linux-gnu qemu-user clang libclang-rt-14-dev systemd
 # tcmalloc, which dgl-sni train preloads into its servers and trainers (dgl_sni/allocator.py)
 RUNTIME_DEBS := libtcmalloc-minimal4
 # The compiler flags of every build are declared once, in dpu_agent/csrc/cxxflags.txt
