@@ -114,8 +114,9 @@ class LayerPlan:
     computes (the halo gradients it computes) to their average over steps, ``A * old + (1 - A)
     * new``, and what it publishes (pushes) is that average (``--row-average``, ``--grad-average``);
     with ``send_averages`` False (a warm-up step) the average is updated but the step's own rows
-    and gradients are sent, so warm-up epochs are exact. ``keep_grad``: the gradient the others push for the owned rows is kept, smoothed over
-    syncs, for the stale steps whose ``grad`` is ``LAST``. ``keep_previous``: a pipelined
+    and gradients are sent, so warm-up epochs are exact. ``keep_grad``: the gradient the others
+    push for the owned rows is kept, smoothed over syncs, for the stale steps whose ``grad`` is
+    ``LAST``. ``keep_previous``: a pipelined
     run's exact training step: its rows and received gradient are what the next,
     pipelined, step uses.
     """
@@ -243,7 +244,8 @@ class HaloPlanner:
                 resolver.prefetch(step)  # the rows are needed: let the agent start on them
             elif not stale and training and self.cfg is not None and self.cfg.prefetch:
                 resolver.prefetch_preview(step, own_rows=True)
-            layers[layer] = self._layer(layer, mode, training, kept, warm=self.cfg is None or step >= self.cfg.warmup)
+            warm = self.cfg is None or step >= self.cfg.warmup  # a warm-up step sends its own rows
+            layers[layer] = self._layer(layer, mode, training, kept, warm=warm)
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
                         smoothing=self.smoothing,
                         input_sum=sums and self.takes[0].sum and (stale or self.sync_sums != "rows"),
