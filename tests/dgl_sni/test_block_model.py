@@ -17,7 +17,6 @@ from dgl.nn import GraphConv
 
 from dgl_sni.block_model import BlockModel, KeyedDropout, ModelError, check_module
 from dgl_sni.config import TrainConfig
-from dgl_sni.data import synthetic
 from dgl_sni.halo.rows import Form, WholeGraph
 from dgl_sni.model_file import build, load_builder, spec_of
 from dgl_sni.reference import whole_graph_view
@@ -27,11 +26,6 @@ from storage_tier.block import build_block
 from tests.helpers import ROOT
 
 EXAMPLES = {name: os.path.join(ROOT, "examples", f"{name}.py") for name in ("gcn_layernorm", "gin", "gat", "gcn")}
-
-
-@pytest.fixture(scope="module")
-def data():
-    return synthetic(num_nodes=400, avg_degree=6, num_classes=4, feat_dim=12, seed=2)
 
 
 def model_cfg(name, dropout=0.5):

@@ -20,7 +20,7 @@ from dgl_sni.model_file import build
 from dgl_sni.reference import whole_graph_view
 
 from tests.dgl_sni.halo.test_sums import _partition_block
-from tests.dgl_sni.test_block_model import conv_inputs, data, model_cfg, partition_block  # noqa: F401
+from tests.dgl_sni.test_block_model import conv_inputs, model_cfg, partition_block
 
 LAYERS = {
     "graphconv-both-project-first": lambda: GraphConv(12, 5),
@@ -105,7 +105,7 @@ class SummedHalo(WholeGraph):
 
 
 @pytest.mark.parametrize("name", ["gcn_layernorm", "gin", "gcn"])
-def test_a_model_of_linear_dgl_layers_takes_summed_halo_rows_as_planned(data, name):  # noqa: F811
+def test_a_model_of_linear_dgl_layers_takes_summed_halo_rows_as_planned(data, name):
     model = build(model_cfg(name), data.feat_dim, data.num_classes)
     model.train()
     whole = whole_graph_view(data, "custom")
@@ -123,7 +123,7 @@ def test_a_model_of_linear_dgl_layers_takes_summed_halo_rows_as_planned(data, na
     assert exchange.calls == [("start", 1), ("sum", 1), ("start", 2), ("sum", 2)]
 
 
-def test_attention_and_shared_rows_are_declared_whole(data):  # noqa: F811
+def test_attention_and_shared_rows_are_declared_whole(data):
     block, _, order = partition_block(data, np.arange(0, data.num_nodes, 3))
     x = whole_graph_view(data, "custom").x_src[torch.from_numpy(order)]
     gat = build(model_cfg("gat"), data.feat_dim, data.num_classes)
@@ -156,7 +156,7 @@ def test_attention_and_shared_rows_are_declared_whole(data):  # noqa: F811
     assert [t.sum for t in everything.halo_takes(block, x)] == [False, True]
 
 
-def test_the_summed_input_layer_equals_the_whole_pass_without_dropout(data):  # noqa: F811
+def test_the_summed_input_layer_equals_the_whole_pass_without_dropout(data):
     """The input layer summed: the owned input rows, and the sum of the halo input rows (fixed)."""
     model = build(model_cfg("gcn_layernorm", dropout=0.0), data.feat_dim, data.num_classes).eval()
     whole = whole_graph_view(data, "custom")

@@ -21,7 +21,7 @@ from dgl_sni.reference import whole_graph_view
 from dpu_agent.client import InlineAgentClient
 
 from tests.dgl_sni.halo.test_exchange import FakeWire
-from tests.dgl_sni.test_block_model import EXAMPLES, data, partition_block  # noqa: F401
+from tests.dgl_sni.test_block_model import EXAMPLES, partition_block
 
 A = 0.5  # the averaging of rows and gradients over steps
 
@@ -44,7 +44,7 @@ class RecordingWire(FakeWire):
         return self.received(layer)
 
 
-def _model(name, data):  # noqa: F811
+def _model(name, data):
     if name.isupper():
         cfg = ModelConfig(model=name.lower(), layers=3, hidden=6, heads=2, dropout=0.5)
     else:
@@ -56,7 +56,7 @@ def _model(name, data):  # noqa: F811
 @pytest.mark.parametrize("name, sums", [("GCN", [True, True, True]), ("SAGE", [True, True, True]),
                                         ("GAT", [False, False, False]), ("gcn_layernorm", [True, True, True]),
                                         ("gin", [True, True, True]), ("gat", [False, False, False])])
-def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages(data, name, sums):  # noqa: F811
+def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages(data, name, sums):
     model = _model(name, data)
     whole = whole_graph_view(data, name.lower() if name.isupper() else "custom")
     owned = np.arange(0, data.num_nodes, 3)
