@@ -65,11 +65,13 @@ GRAPHS = {
     "confirm320k": ["--dataset", "synthetic", "--nodes", 320_000, "--avg-degree", 14, "--data-seed", 11],
     # for confirmation only, of fast for every model: another seed, size and degree
     "confirm150k": ["--dataset", "synthetic", "--nodes", 150_000, "--avg-degree", 12, "--data-seed", 23],
-    # the graph BNS-GCN's own code was measured on (benchmarks/peers.json)
+    # boundary node sampling's second graph (BNS-GCN's CPU port was tried on it)
     "syn300k-d16": ["--dataset", "synthetic", "--nodes", 300_000, "--avg-degree", 16, "--feat-dim", 100],
     "cora": ["--dataset", os.path.join(SHARED, "cora.npz")],
     "citeseer": ["--dataset", os.path.join(SHARED, "citeseer.npz")],
+    "pubmed": ["--dataset", os.path.join(SHARED, "pubmed.npz")],
 }
+REAL = ("cora", "citeseer", "pubmed")  # the shared datasets: a graph whose file is absent is skipped
 # interval 1 first: the others are judged against it
 CONFIGS = [
     dict(name="interval1", preset="exact"),
@@ -127,7 +129,7 @@ def summarize_run(metrics: dict, name: str) -> dict:
         "transfer", "bandwidth", "workers", "seed", "quantize", "smooth")}
     config.update(metrics.get("in_effect", {}))  # what an unset default meant in this run
     cpu = [e["cpu_s"] for e in measured if e.get("cpu_s") is not None]
-    cores = os.cpu_count() or 1  # the emulated machines share this host's cores
+    cores = metrics.get("host_cores") or os.cpu_count() or 1  # the emulated machines share the host's cores
     steal = [e["steal_s"] for e in measured if e.get("steal_s") is not None]
     return dict(name=name, config=config, saved=metrics.get("saved"),
                 epochs=len(epochs), train_time_s=t,
@@ -279,11 +281,13 @@ def run_order(n: int, group: int) -> list:
     return [(group + i) % n for i in range(n)]
 
 
-def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None) -> dict:
+def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None, sweep=run_sweep) -> dict:
+    """Train (``sweep``: :func:`benchmarks._sweep.run_sweep`, or a record's source, which reads
+    kept runs back) every configuration on each graph and link, and judge them per seed."""
     report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={},
                   model_file=model_file)
     for graph in graphs:
-        if graph in ("cora", "citeseer") and not os.path.exists(GRAPHS[graph][1]):
+        if graph in REAL and not os.path.exists(GRAPHS[graph][1]):
             print(f"{graph}: {GRAPHS[graph][1]} not present, skipped", flush=True)
             continue
         for link in links:
@@ -295,7 +299,7 @@ def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_
             entries = [dict({k: v for k, v in configs[c].items() if k != "name"}, epochs=epochs,
                             **({} if seed is None else dict(seed=seed)))
                        for seed, ranks in zip(groups, order) for c in ranks]
-            metrics = run_sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
+            metrics = sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
             by_seed = {}
             for g, seed in enumerate(groups):
                 chunk = dict(zip(order[g], metrics[g * len(configs):(g + 1) * len(configs)]))

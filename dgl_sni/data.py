@@ -296,7 +296,7 @@ def load_dgl(path: str) -> GraphData:
     return data.normalized()
 
 
-BUILTIN_FILES = ("cora", "citeseer")
+BUILTIN_FILES = ("cora", "citeseer", "pubmed")
 
 
 def default_data_dir() -> str:
@@ -309,7 +309,7 @@ def default_data_dir() -> str:
 
 
 def load_dataset(name: str, data_dir: str | None = None, **synthetic_args) -> GraphData:
-    """Resolve ``--dataset``: ``synthetic``, ``cora``/``citeseer``, a ``.npz`` or a DGL ``.bin`` path."""
+    """Resolve ``--dataset``: ``synthetic``, ``cora``/``citeseer``/``pubmed``, a ``.npz`` or a DGL ``.bin`` path."""
     if name == "synthetic":
         return synthetic(**synthetic_args)
     if name in BUILTIN_FILES:

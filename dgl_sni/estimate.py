@@ -151,7 +151,6 @@ def modelled(cfg: dict) -> bool:
 def load(paths: list, cores: int | None = None) -> list:
     """``[(name, Cluster, measured)]`` of the metrics files under ``paths`` (files or folders,
     searched recursively) that the model covers (:func:`modelled`)."""
-    cores = cores or os.cpu_count()
     files = []
     for path in paths:
         if os.path.isdir(path):
@@ -162,14 +161,23 @@ def load(paths: list, cores: int | None = None) -> list:
             files.append(path)
         else:
             raise ValueError(f"no such metrics file or folder: {path}")
-    runs = []
+    metrics = []
     for file in files:
         with open(file) as fh:
-            m = json.load(fh)
+            metrics.append(json.load(fh))
+    return from_runs(metrics, cores)
+
+
+def from_runs(metrics: list, cores: int | None = None) -> list:
+    """``[(name, Cluster, measured)]`` of the metrics the model covers (:func:`modelled`). The
+    host's cores: ``cores`` if given, else the run's own ``host_cores`` (a compact copy's, see
+    ``benchmarks/record.py``), else this machine's."""
+    runs = []
+    for m in metrics:
         cfg = m.get("config", {})
         if not isinstance(m.get("epochs"), list) or not modelled(cfg):
             continue
-        cl, measured = from_metrics(m, cores)
+        cl, measured = from_metrics(m, cores or m.get("host_cores") or os.cpu_count())
         link = cfg.get("bandwidth") or "unshaped"
         name = (f"{graph_label(cfg, m.get('partition', {}))}, {cl.workers} workers: {cfg['preset']} interval "
                 f"{cl.interval}, {cl.bits}-bit, {link}")

@@ -148,8 +148,11 @@ def accuracy_figure(curves: list, target: float | None, title: str, floor: float
         ax.set_xlabel(xlabel)
         ax.set_ylabel("validation accuracy")
         ax.grid(alpha=0.3)
-    by_time.legend(fontsize=7)
     by_time.set_title(title)
+    fig.tight_layout()
+    # one legend below both panels, off the curves (saved with bbox_inches="tight")
+    fig.legend(*by_time.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+               ncol=min(5, max(1, len(curves))), fontsize=7, frameon=False)
     by_epoch.set_title("accuracy against epochs")
     return fig
 
@@ -168,7 +171,7 @@ def draw(runs: list, out_dir: str, formats=FORMATS) -> list:
         fig.tight_layout()
         for fmt in formats:
             path = os.path.join(out_dir, f"{name}.{fmt}")
-            fig.savefig(path, dpi=120)
+            fig.savefig(path, dpi=120, bbox_inches="tight")  # legends beside or below the axes included
             written.append(path)
         plt.close(fig)
 

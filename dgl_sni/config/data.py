@@ -14,9 +14,9 @@ class DataConfig:
 
     TITLE: ClassVar[str] = "data"
 
-    dataset: str = option("synthetic", "synthetic, cora, citeseer, a .npz file or a DGL .bin graph file",
+    dataset: str = option("synthetic", "synthetic, cora, citeseer, pubmed, a .npz file or a DGL .bin graph file",
                           common=True)
-    data_dir: str | None = option(None, "folder holding cora.npz/citeseer.npz")
+    data_dir: str | None = option(None, "folder holding cora.npz, citeseer.npz and pubmed.npz")
     nodes: int = option(20000, "synthetic: number of nodes", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
     avg_degree: float = option(10.0, "synthetic: directed edges per node", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))
     classes: int = option(8, "synthetic: number of classes", needs=("--dataset synthetic", lambda c: c.dataset == "synthetic"))

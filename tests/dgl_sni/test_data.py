@@ -55,6 +55,13 @@ def test_shared_cora_loads():
     assert (d.train_idx.size, d.val_idx.size, d.test_idx.size) == (140, 500, 1000)
 
 
+def test_shared_pubmed_loads_with_its_published_sizes():
+    d = load_npz(shared_dataset("pubmed"))  # 19,717 nodes, 44,324 undirected edges, 500 TF-IDF features
+    assert (d.num_nodes, d.num_edges, d.feat_dim, d.num_classes) == (19717, 88648, 500, 3)
+    assert (d.train_idx.size, d.val_idx.size, d.test_idx.size) == (60, 500, 1000)
+    assert (d.features >= 0).all() and not np.isin(d.features, (0.0, 1.0)).all()  # TF-IDF, not bag-of-words
+
+
 def test_citeseer_unlabelled_nodes_are_kept_out_of_splits():
     d = load_npz(shared_dataset("citeseer"))
     assert (d.labels == -1).sum() == 15

@@ -280,7 +280,7 @@ def test_low_level_guards():
 
 # ----------------------------------------------------------------------------- real graphs
 
-@pytest.mark.parametrize("name", ["cora", "citeseer"])
+@pytest.mark.parametrize("name", ["cora", "citeseer", "pubmed"])
 def test_real_graph_balanced_and_cut(name):
     data = load_npz(shared_dataset(name))
     parts, info = partition_from_edges(data.src, data.dst, data.num_nodes, 4, return_info=True)

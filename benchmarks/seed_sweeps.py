@@ -1,0 +1,103 @@
+"""The over-seed figures the README and ``docs/RESULTS.md`` lead with, from committed sweeps.
+
+Each entry of :data:`SWEEPS` names ``bench_e2e.py --seeds`` result files committed under
+``benchmarks/measured/`` (every seed's judged runs, with their accuracy curves), the
+configuration that is ``fast`` in them and the acceptance target it is held to. The figures are
+recomputed from the files' per-seed runs (``bench_e2e.pool``): the median time-to-target speed-up
+with its range, the null's (interval 1 again with other dropout masks) beside it, the epochs to
+the target against interval 1's, the final test accuracy against interval 1's, and whether the
+target holds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+from dataclasses import dataclass
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEASURED = os.path.join(ROOT, "benchmarks", "measured")
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """One model on one graph, 4 machines at 1 Gbit/s: result files and the target it is held to."""
+    model: str
+    graph: str
+    files: tuple
+    fast: str = "stale-default"  # the name ``fast`` (or the setting under test) has in the files
+    sooner: float = 2.5  # the median time-to-target speed-up the acceptance asks for
+    epochs_ratio: float = 1.2  # the most epochs to the target, against interval 1's
+    test_margin: float = 0.01  # every final test within this of interval 1's
+    what: str = "3-layer, hidden 16, dropout 0.5, 150 epochs"
+
+
+SWEEPS = (
+    Sweep("built-in GCN", "syn200k", ("2026-12-06/fast-gcn-syn200k.json",)),
+    Sweep("examples/gcn_layernorm.py", "syn200k", ("2026-12-06/fast-layernorm-syn200k.json",), sooner=2.0),
+    Sweep("examples/gcn_layernorm.py", "confirm150k", ("2026-12-06/fast-layernorm-confirm150k.json",
+                                                       "2026-12-06/fast-layernorm-confirm150k-s12.json"), sooner=2.0),
+    Sweep("examples/gin.py", "syn200k", ("2026-12-06/fast-gin-syn200k.json",), sooner=2.0),
+    Sweep("examples/gin.py", "confirm150k", ("2026-12-06/fast-gin-confirm150k.json",
+                                             "2026-12-06/fast-gin-confirm150k-s12.json"), sooner=2.0),
+)
+
+
+def _load(sweep: Sweep) -> dict:
+    from benchmarks import bench_e2e
+    reports = []
+    for name in sweep.files:
+        with open(os.path.join(MEASURED, name)) as fh:
+            reports.append(json.load(fh))
+    return bench_e2e.pool(reports)["graphs"][sweep.graph]["1gbit"]
+
+
+def summarize(sweep: Sweep) -> dict:
+    """The sweep's figures over its seeds, and whether its target holds."""
+    part = _load(sweep)
+    seeds = sorted(part["by_seed"], key=int)
+    runs = {name: [next(r for r in part["by_seed"][s]["runs"] if r["name"] == name) for s in seeds]
+            for name in (sweep.fast, "int1-masks")}
+
+    def sooner(name):
+        return [r.get("time_to_target_speedup") or 0.0 for r in runs[name]]  # never: 0
+
+    fast = runs[sweep.fast]
+    ratio = [r.get("epochs_to_target_ratio") for r in fast]
+    delta = [r["final_test_delta"] for r in fast]
+    per_sync = [r.get("epochs_per_sync") for r in fast]
+    out = dict(model=sweep.model, graph=sweep.graph, seeds=[int(s) for s in seeds], what=sweep.what,
+               sooner=sooner(sweep.fast), null=sooner("int1-masks"),
+               epochs_ratio=ratio, final_test_delta=delta, epochs_per_sync=statistics.median(per_sync),
+               target=dict(sooner=sweep.sooner, epochs_ratio=sweep.epochs_ratio, test_margin=sweep.test_margin))
+    out["holds"] = (statistics.median(out["sooner"]) >= sweep.sooner and None not in ratio
+                    and max(ratio) <= sweep.epochs_ratio and min(delta) >= -sweep.test_margin)
+    return out
+
+
+def _speed(value: float) -> str:
+    return "never" if value == 0 else f"{value:.2f}"
+
+
+def _range(values: list) -> str:
+    """The median, and the range where there are several seeds (a run that never reached: 0)."""
+    head = _speed(statistics.median(values))
+    return head if len(values) == 1 else f"{head} ({_speed(min(values))}-{_speed(max(values))})"
+
+
+def table(rows: list) -> list:
+    """Markdown lines: one row per sweep."""
+    lines = ["| model | graph | seeds | fast: x sooner, median (range) | null: x sooner | epochs to target vs interval 1, "
+             "median (max) | final test vs interval 1, mean (lowest) | epochs per sync | target | holds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        ratio = [x for x in r["epochs_ratio"] if x is not None]
+        ratio_text = (f"{statistics.median(ratio):.2f} ({max(ratio):.2f})" if ratio else "-") + \
+            ("; never in some" if len(ratio) < len(r["epochs_ratio"]) else "")
+        t = r["target"]
+        lines.append(
+            f"| {r['model']} | {r['graph']} | {', '.join(map(str, r['seeds']))} | {_range(r['sooner'])} | "
+            f"{_range(r['null'])} | {ratio_text} | {statistics.mean(r['final_test_delta']):+.4f} "
+            f"({min(r['final_test_delta']):+.4f}) | {r['epochs_per_sync']:.1f} | >= {t['sooner']}x, <= "
+            f"{t['epochs_ratio']}x epochs, test within {t['test_margin']} | {'yes' if r['holds'] else '**no**'} |")
+    return lines

@@ -1,0 +1,38 @@
+"""The over-seed figures: pooled from several result files, medians and ranges as a reader
+computes them, a run that never reached its target counted as never, and the target judged."""
+import json
+
+from benchmarks import seed_sweeps as ss
+
+
+def _run(name, sooner, ratio, delta, per_sync=6.0):
+    return dict(name=name, time_to_target_speedup=sooner, epochs_to_target_ratio=ratio, final_test_delta=delta,
+                epochs_per_sync=per_sync, epoch_speedup=2.0)
+
+
+def _file(path, seeds):
+    by_seed = {str(s): dict(target_val_acc=0.8, runs=[_run("interval1", 1.0, 1.0, 0.0), *runs])
+               for s, runs in seeds.items()}
+    path.write_text(json.dumps(dict(graphs={"g": {"1gbit": dict(by_seed=by_seed)}})))
+
+
+def test_figures_over_seeds_of_two_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(ss, "MEASURED", str(tmp_path))
+    _file(tmp_path / "a.json", {0: [_run("int1-masks", 1.1, 0.9, 0.001), _run("stale-default", 3.0, 1.1, -0.002)]})
+    _file(tmp_path / "b.json", {1: [_run("int1-masks", 0.9, 1.0, -0.003), _run("stale-default", 2.0, 1.15, 0.004)],
+                                2: [_run("int1-masks", 1.0, 1.0, 0.0), _run("stale-default", None, None, -0.012)]})
+    row = ss.summarize(ss.Sweep("m", "g", ("a.json", "b.json"), sooner=2.0))
+    assert row["seeds"] == [0, 1, 2] and row["sooner"] == [3.0, 2.0, 0.0] and row["null"] == [1.1, 0.9, 1.0]
+    assert not row["holds"]  # median 2.0 meets 2.0x, but seed 2 never reached the target
+    text = "\n".join(ss.table([row]))
+    assert "| m | g | 0, 1, 2 | 2.00 (never-3.00) | 1.00 (0.90-1.10) | 1.12 (1.15); never in some | -0.0033 (-0.0120) |" in text
+    assert text.endswith("| **no** |")
+    _file(tmp_path / "b.json", {1: [_run("int1-masks", 0.9, 1.0, -0.003), _run("stale-default", 2.0, 1.15, 0.004)]})
+    assert ss.summarize(ss.Sweep("m", "g", ("a.json", "b.json"), sooner=2.0))["holds"]  # median 2.5, all within
+    assert not ss.summarize(ss.Sweep("m", "g", ("a.json", "b.json"), sooner=2.6))["holds"]
+
+
+def test_every_committed_sweep_reads():
+    for sweep in ss.SWEEPS:
+        row = ss.summarize(sweep)
+        assert len(row["seeds"]) >= 1 and len(row["sooner"]) == len(row["seeds"])
