@@ -116,7 +116,8 @@ setup(
     extras_require={"test": ["pytest==9.2.0", "pytest-benchmark==5.3.1"]},
     ext_modules=extensions(),
     package_data={"dpu_agent": ["bin/sni-agent", "csrc/*.hpp", "csrc/cxxflags.txt", "csrc/agent/*.hpp",
-                               "csrc/agent/*.cpp"]},
+                               "csrc/agent/*.cpp"],
+                  "dgl_sni": ["costs.json"]},  # the cost model's constants, fitted to the results report's runs
     entry_points={"console_scripts": ["dgl-sni=dgl_sni.cli:main", "sni-agent=dpu_agent.agent:main"]},
     cmdclass={"build_py": BuildPyWithStartup, "editable_wheel": EditableWheelWithStartup,
               "build_ext": BuildWithAgent},

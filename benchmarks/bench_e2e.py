@@ -52,9 +52,9 @@ from benchmarks._sweep import run_sweep  # noqa: E402
 from dgl_sni.data import default_data_dir  # noqa: E402
 
 from dgl_sni.cluster import rate_bits  # noqa: E402
+from dgl_sni.report import SKIP, TARGET_MARGIN  # noqa: E402
 
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
-SKIP = 5  # epochs left out of the per-epoch medians (start-up effects)
 SHARED = default_data_dir()  # ../shared/data, or $DGL_SNI_DATA_DIR
 
 GRAPHS = {
@@ -163,7 +163,7 @@ def first_at(curve: list, target: float) -> dict | None:
 def compare(runs: list, link: str, workers: int) -> dict:
     """Judge every run against the interval-1 run of the same graph and link."""
     base = runs[0]  # interval 1, exact (checked by main)
-    target = base["best_val_acc"] - 0.01
+    target = base["best_val_acc"] - TARGET_MARGIN
     t_base = time_to(base["curve"], target)
     out = dict(target_val_acc=target, interval1_time_to_target_s=t_base)
     sync = base["breakdown"].get("sync", {})
@@ -281,7 +281,7 @@ def run_order(n: int, group: int) -> list:
     return [(group + i) % n for i in range(n)]
 
 
-def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None, sweep=run_sweep) -> dict:
+def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None, sweep=None) -> dict:
     """Train (``sweep``: :func:`benchmarks._sweep.run_sweep`, or a record's source, which reads
     kept runs back) every configuration on each graph and link, and judge them per seed."""
     report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={},
@@ -299,7 +299,7 @@ def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_
             entries = [dict({k: v for k, v in configs[c].items() if k != "name"}, epochs=epochs,
                             **({} if seed is None else dict(seed=seed)))
                        for seed, ranks in zip(groups, order) for c in ranks]
-            metrics = sweep(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
+            metrics = (sweep or run_sweep)(GRAPHS[graph], workers, entries, out_dir, base_args=base_args)
             by_seed = {}
             for g, seed in enumerate(groups):
                 chunk = dict(zip(order[g], metrics[g * len(configs):(g + 1) * len(configs)]))

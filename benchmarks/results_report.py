@@ -33,7 +33,6 @@ import argparse
 import contextlib
 import glob
 import io
-import json
 import os
 import platform
 import shutil
@@ -69,7 +68,19 @@ METHODS = [
     dict(name="exact-4bit", preset="exact", quantize=4),
     dict(name="bns-0.1", preset="exact", halo_sample=0.1),
     dict(name="bns-0.3", preset="exact", halo_sample=0.3),
+    # the peers in their own settings (the rows above put the stale ones in fast's)
+    dict(name="sancus-own", preset="fast", sync_policy="drift", sync_interval=4, row_average=0.0, grad_average=0.0,
+         smooth=0.0, quantize=0, stale_halo="rows"),
+    dict(name="sni-paper-3", preset="fast", sync_interval=3, warmup=20, predictor="linear-trend", sampling_ratio=0.3,
+         row_average=0.0, grad_average=0.0, smooth=0.0, stale_halo="rows", quantize=0),
+    dict(name="sni-paper-5", preset="fast", sync_interval=5, warmup=20, predictor="linear-trend", sampling_ratio=0.3,
+         row_average=0.0, grad_average=0.0, smooth=0.0, stale_halo="rows", quantize=0),
 ]
+SETTING = {  # which setting each row of the comparison is in
+    "cache-no-averaging": "fast's", "linear-trend": "fast's", "pipelined": "fast's", "exact-8bit": "own",
+    "exact-4bit": "own", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own", "sni-paper-3": "own",
+    "sni-paper-5": "own",
+}
 WHAT = {
     "interval1": "exact training: every epoch exchanges float32 halo rows",
     "int1-masks": "exact training again with other dropout masks: what two exact runs differ by (the null)",
@@ -82,6 +93,12 @@ WHAT = {
     "bns-0.1": "BNS-GCN-like boundary node sampling: each epoch pulls a random 10% of the hidden layers' halo rows "
                "by id (scaled by 1/p) and pushes only their gradients; the input layer keeps every halo feature",
     "bns-0.3": "the same with 30% of the halo rows",
+    "sancus-own": "SANCUS's own setting, as near as the project has it: float32 cached rows, no averaging or smoothing, "
+                  "a sync whenever the exchanged layers' weights moved more than 5% since the last one, at least every "
+                  "4th epoch (SANCUS skips a broadcast while its embeddings' change stays under a bound)",
+    "sni-paper-3": "the SNI paper's setting: interval 3, a 20-epoch warm-up, the linear trend on the 30% most "
+                   "connected halo rows, the cache on the others, float32, no averaging",
+    "sni-paper-5": "the same at interval 5",
     "single-process": "one process, DGL's `GraphConv` over the whole graph (examples/gcn.py): the floor on one machine",
 }
 SUITES = {
@@ -301,7 +318,28 @@ def cost_model(source, scaling_part: dict | None) -> dict:
                                     **{k: v for k, v in est.project(costs, cl).items()}))
     return dict(costs=asdict(costs), check=est.check(costs, runs), holdout=est.holdout(runs),
                 projections=projections, assumptions=list(est.ASSUMPTIONS), runs=len(runs),
-                halo_ratio=dict(value=ratio, machines=machines))
+                halo_ratio=dict(value=ratio, machines=machines), points=measured_points(runs))
+
+
+def measured_points(runs: list) -> dict | None:
+    """The largest graph measured at ``WORKERS`` machines on a shaped link: its cluster (interval
+    8, 8 bits: ``fast``) and, per link rate, the measured epoch speed-up of ``fast`` over interval 1
+    (medians over the runs), the points the cost model's curve is drawn through."""
+    from dataclasses import asdict
+    by = {}
+    for name, cl, measured in runs:
+        if cl.workers == WORKERS and cl.rate_bits and (cl.interval, cl.bits) in ((1, 32), (8, 8)):
+            graph = name.split(",")[0]
+            by.setdefault((graph, cl.rate_bits), dict(cl=cl, exact=[], fast=[]))[
+                "exact" if cl.interval == 1 else "fast"].append(measured["epoch_s"])
+    pairs = {k: v for k, v in by.items() if v["exact"] and v["fast"]}
+    if not pairs:
+        return None
+    graph = max({g for g, _ in pairs}, key=lambda g: max(v["cl"].owned for (h, _), v in pairs.items() if h == g))
+    points = [(rate, statistics.median(v["exact"]) / statistics.median(v["fast"]))
+              for (g, rate), v in sorted(pairs.items()) if g == graph]
+    cl = next(v["cl"] for (g, _), v in pairs.items() if g == graph and v["cl"].interval == 8)
+    return dict(graph=graph, cluster=asdict(cl), points=points)
 
 
 def leftovers(started: float) -> dict:
@@ -410,17 +448,17 @@ def _runs(part):
 
 def comparison_table(graph, link, part, floor) -> list:
     runs, seeds = _runs(part)
-    lines = [f"| method | ms/epoch | x epoch | to target (s) | x sooner | epochs to target | best val | final test | vs interval 1 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | setting | ms/epoch | x epoch | to target (s) | x sooner | epochs to target | best val | final test | vs interval 1 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         sooner = seeds[r["name"]]["time_to_target_speedup_median"] if seeds else r.get("time_to_target_speedup")
         delta = seeds[r["name"]]["final_test_delta_mean"] if seeds else r.get("final_test_delta")
-        lines.append(f"| {r['name']} | {r['epoch_s'] * 1000:.0f} | {_f(r.get('epoch_speedup'), '.2f')} | "
+        lines.append(f"| {r['name']} | {SETTING.get(r['name'], '-')} | {r['epoch_s'] * 1000:.0f} | {_f(r.get('epoch_speedup'), '.2f')} | "
                      f"{_f(r.get('time_to_target_s'), '.1f', 'not reached')} | {'never' if sooner == 0 else _f(sooner, '.2f')} | "
                      f"{_f(r.get('epochs_to_target'), 'd', '-')} | {_f(r['best_val_acc'], '.4f')} | "
                      f"{_f(r['final_test_acc'], '.4f')} | {_f(delta, '+.4f')} |")
     if floor is not None:
-        lines.append(f"| single-process | {floor['epoch_s'] * 1000:.0f} | - | - | - | - | {_f(floor['best_val_acc'], '.4f')} | "
+        lines.append(f"| single-process | - | {floor['epoch_s'] * 1000:.0f} | - | - | - | - | {_f(floor['best_val_acc'], '.4f')} | "
                      f"{_f(floor['final_test_acc'], '.4f')} | - |")
     return lines
 
@@ -459,6 +497,12 @@ def plots(data: dict, figures: str = FIGURES) -> list:
         if os.path.splitext(os.path.basename(old))[0] not in drawn:
             os.remove(old)
 
+    pts = data["cost_model"].get("points")
+    if pts:
+        from dgl_sni import estimate as est
+        fig = est.advantage_figure(est.Costs(**data["cost_model"]["costs"]), est.Cluster(**pts["cluster"]),
+                                   [(rate, up, f"measured, {rate / 1e9:g} Gbit/s") for rate, up in pts["points"]])
+        save(fig, "cost-model")
     sc = data["scaling"]
     if not sc:
         return written
@@ -533,12 +577,14 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
     lines += [f"- `{name}`: {text}" for name, text in WHAT.items()]
     lines.append("")
     lines += [
-        "The peers are in-project versions, run on the same emulated cluster and the same model. Of their own "
-        "code, BNS-GCN's runs on CPU once ported (its figures stand beside the in-project version below); "
-        "PipeGCN's and AdaQP's were not run here (written for CUDA). What each in-project version keeps and leaves out: "
-        "`cache-no-averaging` keeps SANCUS's reuse of stale cached rows but not its broadcast-skipping test; "
-        "`pipelined` keeps PipeGCN's one-epoch-stale rows and gradients without its smoothing; the `exact-*bit` "
-        "runs keep AdaQP's stochastic quantization at a fixed width, not its per-message bit choice; `bns-*` "
+        "The peers are in-project versions, run on the same emulated cluster and the same model; *setting* says "
+        "whether a row runs in the peer's own setting or in `fast`'s (interval 8, warm-up 5). None of the peers' "
+        "own code runs here (written for CUDA; no script in the repository reproduces their figures, so none are "
+        "published). What each in-project version keeps and leaves out: `cache-no-averaging` keeps SANCUS's reuse "
+        "of stale cached rows; `sancus-own` adds a skip test on the weights' drift, not SANCUS's test on each "
+        "embedding's; `pipelined` keeps PipeGCN's one-epoch-stale rows and gradients without its smoothing (the "
+        "pipelined policy has no agent to smooth them: not measured in its own setting); the `exact-*bit` runs keep "
+        "AdaQP's stochastic quantization at a fixed width, not its per-message bit choice (not implemented); `bns-*` "
         "samples boundary rows per epoch as BNS-GCN does, scales them by 1/p instead of renormalising the sampled "
         "graph, and leaves the input layer's boundary features whole (they never change). DGL's own distributed "
         "GraphSAGE example is run unchanged below, from a copy of DGL's repository (not shipped with the project).",
@@ -638,6 +684,16 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
     for p in cm["projections"]:
         lines.append(f"| {p['graph']} | {p['interval']}, {p['bits']} | {p['sync_s'] * 1000:.0f} | {p['stale_s'] * 1000:.0f} | "
                      f"{p['epoch_s'] * 1000:.0f} | {p['speedup']:.2f} |")
+    lines += ["", "These costs ship with dgl-sni (`dgl_sni/costs.json`, written by this command): `dgl-sni estimate "
+              "--workers 16 --bandwidth 10gbit --nodes N --avg-degree D --feat-dim F --classes C` projects a cluster "
+              "on a fresh install, `--compute-speed` states how much faster its machines compute than one core here "
+              "(a GPU: not measured here) and `--plot FILE` draws the advantage over link rates."]
+    if cm.get("points"):
+        pts = cm["points"]
+        lines += ["", f"The model's curve for the measured cluster ({pts['graph']}, {WORKERS} machines sharing this host's "
+                  "cores, `fast`: interval 8, 8-bit) against its measured epoch speed-ups: "
+                  + ", ".join(f"{up:.2f}x at {rate / 1e9:g} Gbit/s" for rate, up in pts["points"]) + ".", "",
+                  "![cost model](figures/results/cost-model.png)"]
     c = data["cleanup"]
     lines += ["", "## Clean-up", "",
               "After the suite: " + ("no namespace, shared-memory segment or run folder was left behind." if c["clean"] else
@@ -686,6 +742,16 @@ def _headline(data: dict, readme: str = README) -> None:
         fh.write(head + "\n".join(block) + tail)
 
 
+def write_costs(data: dict, path: str | None = None) -> None:
+    """The fitted costs and what they were fitted on, as ``dgl-sni estimate`` reads them by default."""
+    from dgl_sni import estimate as est
+    cm = data["cost_model"]
+    meta = dict(fitted_on=f"benchmarks/record/{data['suite']}", runs=cm["runs"],
+                holdout_error=max((abs(r["error"]) for r in cm["holdout"]), default=None),
+                halo_ratio=cm["halo_ratio"]["value"], halo_ratio_machines=cm["halo_ratio"]["machines"])
+    est.save(est.Costs(**cm["costs"]), path or est.DEFAULT_COSTS, meta)
+
+
 def _names(value: str) -> list:
     names = [v.strip() for v in value.split(",") if v.strip()]
     if not names:
@@ -708,6 +774,7 @@ def main(argv=None) -> int:
     parser.add_argument("--record", default=RECORD, help=argparse.SUPPRESS)  # the tests' own record
     parser.add_argument("--doc", default=DOC, help=argparse.SUPPRESS)  # where the report is written (tests)
     parser.add_argument("--readme", default=README, help=argparse.SUPPRESS)
+    parser.add_argument("--costs-out", default=None, help=argparse.SUPPRESS)  # default: the package's costs.json
     ns = parser.parse_args(argv)
     name = "full" if ns.full else "quick"
     try:
@@ -724,6 +791,7 @@ def main(argv=None) -> int:
     figures = os.path.join(os.path.dirname(os.path.abspath(ns.doc)), "figures", "results")
     plots(data, figures)
     write_report(data, "python benchmarks/results_report.py" + (" --full" if ns.full else ""), ns.doc, ns.readme)
+    write_costs(data, ns.costs_out)
     print(f"wrote {ns.doc} and {figures}/ from {os.path.join(ns.record, name)}/")
     return 0 if clean else 1
 

@@ -261,8 +261,7 @@ def cmd_report(ns) -> int:
 
 def cmd_estimate(ns) -> int:
     from . import estimate as est
-    if not ns.fit and not ns.costs:
-        return _fail("estimate needs --fit METRICS... (costs measured here) or --costs FILE (a fit saved before)")
+    meta = {}
     if ns.fit:
         runs = est.load(ns.fit, ns.cores)
         costs = est.fit(runs)
@@ -273,24 +272,37 @@ def cmd_estimate(ns) -> int:
             est.save(costs, ns.save, dict(fitted_on=ns.fit, runs=len(runs)))
             print(f"costs in {ns.save}")
     else:
-        costs = est.read(ns.costs)
+        path = ns.costs or est.DEFAULT_COSTS
+        meta = est.read_file(path)
+        costs = est.Costs(**meta["costs"])
+        if not ns.costs:
+            print(f"costs shipped with dgl-sni: {meta.get('fitted_on', '?')} ({meta.get('runs', '?')} runs; largest "
+                  f"error with each graph held out {meta.get('holdout_error', float('nan')):.0%})")
     if ns.workers is None:
+        if ns.plot:
+            return _fail("--plot needs a cluster to project: --workers, --nodes, --avg-degree, --feat-dim, --classes")
         return 0
     missing = [f"--{k.replace('_', '-')}" for k in ("nodes", "avg_degree", "feat_dim", "classes")
                if getattr(ns, k) is None]
     if missing:
         return _fail(f"a projection needs {', '.join(missing)}")
+    if ns.compute_speed <= 0:
+        return _fail(f"--compute-speed must be positive, got {ns.compute_speed}")
+    ratio = ns.halo_ratio if ns.halo_ratio is not None else meta.get("halo_ratio", est.HALO_RATIO)
     owned = ns.nodes / ns.workers
-    cl = est.Cluster(workers=ns.workers, rate_bits=est._rate(ns.bandwidth), owned=owned, halo=ns.halo_ratio * owned,
+    cl = est.Cluster(workers=ns.workers, rate_bits=est._rate(ns.bandwidth), owned=owned, halo=ratio * owned,
                      edges=owned * (ns.avg_degree + 1), feat_dim=ns.feat_dim, hidden=ns.hidden, classes=ns.classes,
-                     layers=ns.layers, bits=ns.bits, interval=ns.interval, cores=None)
+                     layers=ns.layers, bits=ns.bits, interval=ns.interval, cores=None, compute_speed=ns.compute_speed)
     out = est.project(costs, cl)
     print(f"{ns.workers} workers, {ns.bandwidth or 'unshaped'} links, {ns.nodes} nodes of degree {ns.avg_degree}, "
-          f"halo ratio {ns.halo_ratio}: sync step {out['sync_s'] * 1000:.0f} ms (compute {out['compute_s'] * 1000:.0f}, "
-          f"exchange {out['comm_s'] * 1000:.0f}), stale step {out['stale_s'] * 1000:.0f} ms; epoch at interval "
-          f"{ns.interval}, {ns.bits}-bit: {out['epoch_s'] * 1000:.0f} ms, {out['speedup']:.2f}x interval 1's "
-          f"{out['exact_epoch_s'] * 1000:.0f} ms")
+          f"halo ratio {ratio:.2f}, compute x{ns.compute_speed:g}: sync step {out['sync_s'] * 1000:.0f} ms (compute "
+          f"{out['compute_s'] * 1000:.0f}, exchange {out['comm_s'] * 1000:.0f}), stale step {out['stale_s'] * 1000:.0f} "
+          f"ms; epoch at interval {ns.interval}, {ns.bits}-bit: {out['epoch_s'] * 1000:.0f} ms, {out['speedup']:.2f}x "
+          f"interval 1's {out['exact_epoch_s'] * 1000:.0f} ms")
     print("assumptions: " + "; ".join(est.ASSUMPTIONS))
+    if ns.plot:
+        est.plot_advantage(costs, cl, ns.plot)
+        print(f"plot in {ns.plot}")
     return 0
 
 
@@ -345,7 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fit", nargs="+", metavar="METRICS", help="fit the costs to these metrics files or folders "
                    "and print the model's error on each configuration")
     p.add_argument("--save", default=None, help="write the fitted costs here (JSON)")
-    p.add_argument("--costs", default=None, help="costs saved by --fit --save")
+    p.add_argument("--costs", default=None, help="costs saved by --fit --save (default: the costs shipped with dgl-sni, "
+                   "fitted to the results report's runs)")
     p.add_argument("--cores", type=int, default=None, help="cores the measured runs' workers shared (default: this host's)")
     p.add_argument("--workers", type=int, default=None, help="project: machines (one worker each)")
     p.add_argument("--bandwidth", default=None, help="project: each machine's link, e.g. 10gbit (none: unshaped)")
@@ -355,8 +368,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--classes", type=int, default=None)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--hidden", type=int, default=16)
-    p.add_argument("--halo-ratio", type=float, default=2.5,
-                   help="halo rows per owned row (an assumption: 2.5 was measured on the 200k-node graph of degree 20 at 4 parts)")
+    p.add_argument("--halo-ratio", type=float, default=None,
+                   help="halo rows per owned row (default: as measured at the most machines the costs' runs had)")
+    p.add_argument("--compute-speed", type=float, default=1.0,
+                   help="a machine's compute against one core of the host the costs were fitted on (a GPU: "
+                        "a factor you state, e.g. 20)")
+    p.add_argument("--plot", default=None, metavar="FILE.png",
+                   help="draw the speed-up of --interval/--bits over link rates, for compute x1, x10 and x100")
     p.add_argument("--interval", type=int, default=1, help="sync interval")
     p.add_argument("--bits", type=int, default=32, help="bits of the exchanged rows (32, 8, 4)")
     p.set_defaults(func=cmd_estimate)

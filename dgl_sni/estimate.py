@@ -35,7 +35,8 @@ import numpy as np
 
 from .config import SNIConfig
 
-SKIP = 5  # start-up epochs left out of the medians
+from .report import SKIP  # start-up epochs left out of the medians
+HALO_RATIO = 2.5  # halo rows per owned row where a cost file does not say what its runs measured
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Cluster:
     bits: int = 32  # of the exchanged rows and gradients
     interval: int = 1
     cores: int | None = None  # cores the workers share (None: one machine each, no sharing)
+    compute_speed: float = 1.0  # a worker's compute against one core of the host the costs were fitted on
 
     @property
     def share(self) -> float:
@@ -93,7 +95,7 @@ class Costs:
 
     def steps(self, cl: Cluster) -> dict:
         f = cl.features()
-        comp = self.c_agg * f["agg"] + self.c_proj * f["proj"] + self.c_0 * f["const"]
+        comp = (self.c_agg * f["agg"] + self.c_proj * f["proj"] + self.c_0 * f["const"]) / cl.compute_speed
         comm = (self.k_link * f["link"] + self.k_veth * f["unshaped"] + self.c_row * f["rows"] + self.c_msg * f["msgs"]
                 + self.c_x * f["const"])
         sync = comp + self.overlap * comm + self.w_sync * f["const"]
@@ -283,12 +285,57 @@ def project(costs: Costs, cl: Cluster) -> dict:
 
 
 ASSUMPTIONS = (
-    "one core per worker as measured here (a trainer's compute is per core; more cores per machine make "
-    "compute faster by an amount not modelled)",
+    "a worker's compute (aggregation and projection) at the stated compute speed, 1 being one core of the host "
+    "the costs were fitted on (a GPU worker is faster by a factor the user states: it is not measured here)",
     "a 3-layer GCN; halo rows per worker = halo ratio x owned rows (the partitioner's cut, not modelled)",
     "every worker's link independent (no switch contention); stale steps as this host measured them",
     "the per-row and fixed costs of the exchange (RPC, encoding) as on this host's CPU",
 )
+
+
+def advantage(costs: Costs, cl: Cluster, rates_bits: list, speeds: list) -> dict:
+    """``{compute speed: [speed-up of cl's interval and bits over interval 1, per link rate]}``:
+    how much a stale schedule gains as the link and the compute get faster."""
+    return {speed: [project(costs, Cluster(**{**asdict(cl), "rate_bits": rate, "compute_speed": speed}))["speedup"]
+                    for rate in rates_bits] for speed in speeds}
+
+
+def plot_advantage(costs: Costs, cl: Cluster, path: str, measured=(), speeds=(1, 10, 100)) -> None:
+    """:func:`advantage_figure`, written to ``path``."""
+    import matplotlib.pyplot as plt
+    fig = advantage_figure(costs, cl, measured, speeds)
+    fig.savefig(path, dpi=110, bbox_inches="tight", metadata={"Software": None} if path.endswith(".png") else None)
+    plt.close(fig)
+
+
+def advantage_figure(costs: Costs, cl: Cluster, measured=(), speeds=(1, 10, 100)):
+    """:func:`advantage` over link rates of 0.1 to 100 Gbit/s, one line per compute speed, with
+    ``measured`` points ``(rate bits/s, measured per-epoch speed-up, label)`` on them."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rates = list(np.geomspace(1e8, 1e11, 31))
+    curves = advantage(costs, cl, rates, list(speeds))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for speed, ups in curves.items():
+        ax.plot([r / 1e9 for r in rates], ups, label=f"compute x{speed:g} (projected)", linewidth=1.2)
+    for rate, value, label in measured:
+        ax.scatter([rate / 1e9], [value], marker="o", color="black", zorder=3)
+        ax.annotate(label, (rate / 1e9, value), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("link per machine (Gbit/s)")
+    ax.set_ylabel(f"epoch speed-up, interval {cl.interval} {cl.bits}-bit / interval 1")
+    ax.set_title(f"{cl.workers} machines, {cl.owned * cl.workers:,.0f} nodes, {cl.halo / cl.owned:.2f} halo rows per "
+                 "owned row", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    fig.tight_layout()
+    return fig
+
+
+DEFAULT_COSTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "costs.json")  # fitted to the record
 
 
 def save(costs: Costs, path: str, meta: dict) -> None:
@@ -297,9 +344,15 @@ def save(costs: Costs, path: str, meta: dict) -> None:
 
 
 def read(path: str) -> Costs:
+    return Costs(**read_file(path)["costs"])
+
+
+def read_file(path: str) -> dict:
+    """A cost file: ``costs`` and what it was fitted on (a ``ValueError`` names a bad file)."""
     try:
         with open(path) as fh:
             data = json.load(fh)
-        return Costs(**data["costs"])
+        Costs(**data["costs"])
+        return data
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise ValueError(f"{path} is not a cost file written by dgl-sni estimate --fit ({err})") from None

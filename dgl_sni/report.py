@@ -22,6 +22,7 @@ import os
 import statistics
 
 TARGET_MARGIN = 0.01  # the target: the first run's best validation accuracy minus this
+SKIP = 5  # start-up epochs left out of per-epoch medians (the first epochs build caches and warm the allocator)
 PARTS = (("comp_s", "compute"), ("comm_s", "communication"), ("sync_s", "waits"))
 FORMATS = ("png", "svg")
 

@@ -64,7 +64,7 @@ def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
     rr.plots(data, str(tmp_path / "figures"))
     rr.write_report(data, "python benchmarks/results_report.py", str(tmp_path / "RESULTS.md"), str(readme))
     doc = (tmp_path / "RESULTS.md").read_text()
-    assert "at commit abc1234" in doc and "| fast | 123 | 3.25 |" in doc  # 0.4 / 0.123 per epoch
+    assert "at commit abc1234" in doc and "| fast | - | 123 | 3.25 |" in doc  # 0.4 / 0.123 per epoch
     assert "Machine: 2 cores, 23.5 GiB, Linux 6, Python 3.11.7" in doc and "{" not in doc
     assert "Skipped (dataset not present): cora." in doc and "Not run: no copy." in doc
     assert "no namespace, shared-memory segment or run folder was left behind" in doc
@@ -77,7 +77,7 @@ def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
     assert ("| built-in GCN | syn200k | 0, 1, 2 | 2.60 (never-3.00) | 1.00 (0.90-1.10) | 1.05 (1.10); never in some | "
             "-0.0033 (-0.0200) | 6.2 |") in head
     assert "Targets that hold: none. Missed: built-in GCN on syn200k." in head
-    assert "| fast | 123 | 3.25 | 0.2 | 4.88 |" in doc  # target 0.89: at 1.2 s against 0.246 s
+    assert "| fast | - | 123 | 3.25 | 0.2 | 4.88 |" in doc  # target 0.89: at 1.2 s against 0.246 s
     assert sorted(p.name for p in (tmp_path / "figures").iterdir()) == sorted(
         f"{n}.{e}" for n in ("comparison-syn20k-1gbit", "scaling") for e in ("png", "svg"))
 

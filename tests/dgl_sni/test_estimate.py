@@ -72,6 +72,47 @@ def test_a_projection_prints_its_figures_and_assumptions(tmp_path, capsys):
     assert main(["estimate", "--costs", str(costs), "--workers", "16", "--bandwidth", "10gbit", "--nodes", "2449029",
                  "--avg-degree", "50", "--feat-dim", "100", "--classes", "47", "--interval", "8", "--bits", "8"]) == 0
     out = capsys.readouterr().out
-    assert "16 workers, 10gbit links" in out and "assumptions: one core per worker" in out
+    assert "16 workers, 10gbit links" in out and "compute x1:" in out and "assumptions: a worker's compute" in out
     assert main(["estimate", "--costs", str(costs), "--workers", "16"]) == 2
     assert "needs --nodes, --avg-degree, --feat-dim, --classes" in capsys.readouterr().err
+
+
+SMALL = est.Cluster(workers=2, rate_bits=1e9, owned=100, halo=50, edges=1000, feat_dim=10, hidden=4, classes=3,
+                    layers=3, bits=32, interval=4)
+UNIT = est.Costs(c_agg=1e-6, c_proj=1e-6, c_0=0.001, k_link=1.0, k_veth=0.0, c_row=1e-5, c_msg=1e-3, c_x=0.002,
+                 overlap=0.5, w_sync=0.003, stale_share=0.5, w_stale=0.001)
+
+
+def test_the_steps_of_a_small_cluster_as_computed_by_hand():
+    # widths out 4, 4, 3 and in 10, 4, 4: aggregation 1000 edges x 11 = 11000; projection 150 rows x 10 x 4
+    # + 100 owned x (4x4 + 4x3) = 8800; compute 0.011 + 0.0088 + 0.001 = 0.0208. Exchange: 2 layers x 50 halo
+    # rows x 16 bytes = 1600 bytes each way = 1.28e-5 s at 1 Gbit/s; 200 rows moved; 4 messages:
+    # 1.28e-5 + 0.002 + 0.004 + 0.002 = 0.0080128
+    steps = UNIT.steps(SMALL)
+    assert steps["compute_s"] == pytest.approx(0.0208)
+    assert steps["comm_s"] == pytest.approx(0.0080128)
+    assert steps["sync_s"] == pytest.approx(0.0208 + 0.5 * 0.0080128 + 0.003)
+    assert steps["stale_s"] == pytest.approx(0.5 * 0.0208 + 0.001)
+    assert steps["epoch_s"] == pytest.approx((0.0278064 + 3 * 0.0114) / 4)
+    fast = UNIT.steps(est.Cluster(**{**SMALL.__dict__, "compute_speed": 2.0}))  # compute halves, nothing else
+    assert fast["compute_s"] == pytest.approx(0.0104) and fast["comm_s"] == pytest.approx(0.0080128)
+
+
+def test_a_stale_schedule_gains_more_on_slower_links_and_faster_compute():
+    cl = est.Cluster(**{**SMALL.__dict__, "owned": 50_000, "halo": 100_000, "edges": 1e6, "hidden": 16, "bits": 8,
+                        "interval": 8})
+    curves = est.advantage(TRUE, cl, [1e8, 1e9, 1e10], [1, 10])
+    assert curves[1][0] > curves[1][1] > curves[1][2] > 1.0  # the slower the link, the larger the gain
+    assert all(f > s for f, s in zip(curves[10], curves[1]))  # faster compute: the exchange weighs more
+
+
+def test_a_fresh_install_projects_from_the_shipped_costs(tmp_path, capsys):
+    assert main(["estimate", "--workers", "16", "--bandwidth", "10gbit", "--nodes", "232965", "--avg-degree", "492",
+                 "--feat-dim", "602", "--classes", "41", "--interval", "8", "--bits", "8", "--compute-speed", "20",
+                 "--plot", str(tmp_path / "a.png")]) == 0
+    out = capsys.readouterr().out
+    assert "costs shipped with dgl-sni: benchmarks/record/" in out and "compute x20:" in out
+    assert (tmp_path / "a.png").read_bytes()[:4] == b"\x89PNG"
+    assert main(["estimate", "--workers", "16", "--nodes", "1", "--avg-degree", "1", "--feat-dim", "1", "--classes",
+                 "2", "--compute-speed", "0"]) == 2
+    assert "--compute-speed must be positive, got 0.0" in capsys.readouterr().err
