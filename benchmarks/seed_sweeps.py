@@ -34,6 +34,8 @@ class Sweep:
 
 SWEEPS = (
     Sweep("built-in GCN", "syn200k", ("2026-12-06/fast-gcn-syn200k.json",)),
+    Sweep("built-in SAGE", "syn200k", ("2026-12-06/sage-avg5-syn200k.json",), fast="averaged-interval5"),
+    Sweep("built-in SAGE", "confirm150k", ("2026-12-06/sage-avg5-confirm150k.json",), fast="averaged-interval5"),
     Sweep("examples/gcn_layernorm.py", "syn200k", ("2026-12-06/fast-layernorm-syn200k.json",), sooner=2.0),
     Sweep("examples/gcn_layernorm.py", "confirm150k", ("2026-12-06/fast-layernorm-confirm150k.json",
                                                        "2026-12-06/fast-layernorm-confirm150k-s12.json"), sooner=2.0),

@@ -169,7 +169,7 @@ class LocalCluster:
     """
 
     def __init__(self, num_machines: int, run_dir: str, mode: str = "netns",
-                 bandwidth: str | None = None, port: int = 30050, master_port: int = 29500,
+                 bandwidth: str | None = None, port: int | None = None, master_port: int | None = None,
                  omp_threads: int | None = None, trainers: int = 1, samplers: int = 0, servers: int = 1,
                  cwd: str | None = None, preload: str | None = None):
         if num_machines < 1:
@@ -188,6 +188,10 @@ class LocalCluster:
             ok, why = netns_available()
             if not ok:
                 raise ClusterError(why)
+        if port is None or master_port is None:  # the configuration's defaults (it imports this module)
+            from .config import ClusterConfig
+            port = ClusterConfig().port if port is None else port
+            master_port = ClusterConfig().master_port if master_port is None else master_port
         if port == master_port:
             raise ClusterError(f"--port and --master-port are both {port}: the DGL server and the "
                                "torch.distributed store would collide on machine 0")

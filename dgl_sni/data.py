@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .config.data import FEATURE_NORMS, DataConfig
+
 SPLIT_NAMES = ("train_idx", "val_idx", "test_idx")
 NPZ_ARRAYS = ("src", "dst", "features", "labels") + SPLIT_NAMES
-FEATURE_NORMS = ("auto", "row", "none")
 
 
 class DatasetError(ValueError):
@@ -136,10 +137,13 @@ class GraphData:
 
 # ----------------------------------------------------------------------------- synthetic
 
-def synthetic(num_nodes: int = 20000, avg_degree: float = 10.0, num_classes: int = 8,
-              feat_dim: int = 64, homophily: float = 0.4, feature_signal: float = 0.25,
+_DATA = DataConfig()  # the synthetic graph's defaults are the configuration's
+
+
+def synthetic(num_nodes: int = _DATA.nodes, avg_degree: float = _DATA.avg_degree, num_classes: int = _DATA.classes,
+              feat_dim: int = _DATA.feat_dim, homophily: float = 0.4, feature_signal: float = 0.25,
               power_law: float = 2.5, train_frac: float = 0.1, val_frac: float = 0.1,
-              test_frac: float = 0.2, seed: int = 0) -> GraphData:
+              test_frac: float = 0.2, seed: int = _DATA.data_seed) -> GraphData:
     """Deterministic degree-corrected planted-partition graph.
 
     * each node gets a class uniformly and a Pareto weight (tail exponent ``power_law``),

@@ -115,13 +115,14 @@ def from_metrics(m: dict, cores: int | None) -> tuple[Cluster, dict]:
     """The :class:`Cluster` of a metrics file and its measured medians (sync and stale steps,
     mean epoch over the epochs after start-up and warm-up)."""
     cfg, part, ws = m["config"], m.get("partition", {}), m["summary"]["workers"]
-    staled = cfg.get("sync_interval", 1) > 1
+    interval = cfg.get("sync_interval", SNIConfig().sync_interval)
+    staled = interval > 1
     bits = cfg.get("quantize") or 32 if staled or cfg.get("quantize") else 32
     cl = Cluster(workers=cfg["workers"], rate_bits=_rate(cfg.get("bandwidth")),
                  owned=statistics.mean(w["owned_nodes"] for w in ws), halo=statistics.mean(w["halo_nodes"] for w in ws),
                  edges=statistics.mean(w["local_edges"] for w in ws), feat_dim=part.get("feat_dim") or cfg.get("feat_dim"),
                  hidden=cfg["hidden"], classes=part.get("num_classes") or cfg.get("classes"), layers=cfg["layers"],
-                 bits=bits, interval=cfg.get("sync_interval", 1), cores=cores)
+                 bits=bits, interval=interval, cores=cores)
     warmup = cfg.get("warmup", SNIConfig().warmup) if staled else 0  # a file without it ran the default
     epochs = m["epochs"][max(SKIP, warmup):] or m["epochs"]
     measured = dict(epoch_s=statistics.mean(e["time_s"] for e in epochs),

@@ -18,7 +18,10 @@ import torch
 import torch.nn as nn
 
 from storage_tier.block import GraphBlock
+from .config.model import ModelConfig
 from .dropout import KeyedMask, derive_seed, keyed_dropout
+
+_MODEL = ModelConfig()  # the models' defaults are the configuration's
 from .config import MODEL_NAMES  # declared without DGL
 from .halo.rows import ROWS_ONLY, SPLITS, Form, HaloRows, WholeGraph
 from .halo.sums import BlockSplit  # noqa: F401 (annotations)
@@ -96,7 +99,7 @@ class FullGraphGNN(nn.Module, TrainableModel):
     """
 
     def __init__(self, model: str, in_dim: int, hidden: int, num_classes: int,
-                 num_layers: int, dropout: float = 0.5, heads: int = 4):
+                 num_layers: int, dropout: float = _MODEL.dropout, heads: int = _MODEL.heads):
         super().__init__()
         if model not in MODEL_NAMES:
             raise ValueError(f"unknown model '{model}': choose one of {', '.join(MODEL_NAMES)}")

@@ -138,9 +138,12 @@ def accuracy_figure(curves: list, target: float | None, title: str, floor: float
     import matplotlib.pyplot as plt
 
     fig, (by_time, by_epoch) = plt.subplots(1, 2, figsize=(11, 4))
-    for label, pts in curves:
-        by_time.plot([t for _, t, _ in pts], [v for *_, v in pts], label=label, linewidth=1)
-        by_epoch.plot([e for e, _, _ in pts], [v for *_, v in pts], label=label.split(",")[0], linewidth=1)
+    palette = plt.cm.tab20.colors if len(curves) > 10 else plt.cm.tab10.colors  # no two lines share a colour
+    for i, (label, pts) in enumerate(curves):
+        color = palette[i % len(palette)]
+        by_time.plot([t for _, t, _ in pts], [v for *_, v in pts], label=label, linewidth=1, color=color)
+        by_epoch.plot([e for e, _, _ in pts], [v for *_, v in pts], label=label.split(",")[0], linewidth=1,
+                      color=color)
     for ax, xlabel in ((by_time, "training time (s, evaluation excluded)"), (by_epoch, "epoch")):
         if target is not None:
             ax.axhline(target, color="grey", linestyle="--", linewidth=0.8)

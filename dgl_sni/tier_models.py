@@ -67,7 +67,7 @@ import torch.nn.functional as F
 from storage_tier.block import MODELS_WITH_SELF_LOOPS, GraphBlock
 
 from .layers import HaloLinear
-from .models import FullGraphGNN, keyed_dropper, seeded
+from .models import _MODEL, FullGraphGNN, keyed_dropper, seeded
 
 
 class TierModel(nn.Module):
@@ -154,7 +154,7 @@ class _Shipped(TierModel):
     model_name = ""
 
     def __init__(self, in_dim: int, hidden: int, num_classes: int, num_layers: int,
-                 dropout: float = 0.5, heads: int = 4):
+                 dropout: float = _MODEL.dropout, heads: int = _MODEL.heads):
         super().__init__(dropout)
         gnn = FullGraphGNN(self.model_name, in_dim, hidden, num_classes, num_layers,
                            dropout=dropout, heads=heads)

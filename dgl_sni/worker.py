@@ -129,8 +129,7 @@ class WorkerSession:
             self._read[key] = np.flatnonzero(np.isin(owned.numpy(), read))
         return self._read[key]
 
-    def tensors(self, dims: list, tier_root: str | None = None, quantize: int = 0,
-                pipeline: bool = False) -> LayerTensors:
+    def tensors(self, dims: list, tier_root: str | None, quantize: int, pipeline: bool = False) -> LayerTensors:
         key = (tuple(dims), tier_root, quantize, pipeline)
         if key not in self._tensors:
             self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}",

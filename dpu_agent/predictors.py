@@ -27,6 +27,9 @@ import numpy as np
 
 from ._core import GatedPredictor, HoltPredictor, TrendPredictor
 
+# the trend predictors' parameters where a caller gives none (dgl_sni's configuration reads these)
+TREND_PARAMS = dict(window=4, beta=0.2, lam=0.2)
+
 
 class PredictorAdapter(ABC):
     """One compiled core over a table's sampled slots, as :class:`~dpu_agent.tables.HistoryTable`

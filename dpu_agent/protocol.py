@@ -17,7 +17,7 @@ import struct
 
 import numpy as np
 
-from .predictors import PREDICTOR_NAMES
+from .predictors import PREDICTOR_NAMES, TREND_PARAMS
 
 HEADER = struct.Struct("<IHHIIdII")  # magic, version, op, table, flags, step, length, status
 MAGIC = 0x41494E53
@@ -67,10 +67,10 @@ def encode(msg: dict) -> bytes:
     elif op == "add_table":
         sampled = np.ascontiguousarray(msg["sampled"], dtype=bool)
         regions = [bytes(r) for r in msg["regions"]]
-        params = msg.get("params", {})
+        params = dict(TREND_PARAMS, **msg.get("params", {}))
         payload = b"".join([ADD_FIXED.pack(int(msg["num_rows"]), int(msg["dim"]), KINDS.index(msg["kind"]),
-                                           int(params.get("window", 4)), len(regions),
-                                           float(params.get("beta", 0.2)), float(params.get("lam", 0.2))),
+                                           int(params["window"]), len(regions),
+                                           float(params["beta"]), float(params["lam"])),
                             sampled.view(np.uint8).tobytes(),
                             *(BLOB_LEN.pack(len(r)) + r for r in regions)])
     elif op == "observe":

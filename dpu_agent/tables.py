@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._core import TableCore
-from .predictors import check_predictor
+from .predictors import TREND_PARAMS, check_predictor
 
 
 class HistoryTable:
@@ -29,7 +29,8 @@ class HistoryTable:
     """
 
     def __init__(self, num_rows: int, dim: int, sampled: np.ndarray, kind: str = "gated",
-                 window: int = 4, beta: float = 0.2, lam: float = 0.2):
+                 window: int = TREND_PARAMS["window"], beta: float = TREND_PARAMS["beta"],
+                 lam: float = TREND_PARAMS["lam"]):
         check_predictor(kind)
         sampled = np.asarray(sampled, dtype=bool)
         if sampled.shape != (num_rows,):

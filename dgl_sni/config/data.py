@@ -4,8 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..data import FEATURE_NORMS
 from .options import option
+
+FEATURE_NORMS = ("auto", "row", "none")  # how a graph's features are normalised (dgl_sni.data applies them)
 
 
 @dataclass

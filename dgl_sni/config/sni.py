@@ -6,7 +6,7 @@ import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import ClassVar
 
-from dpu_agent.predictors import PREDICTOR_NAMES
+from dpu_agent.predictors import PREDICTOR_NAMES, TREND_PARAMS
 
 from .options import misplaced, option, read_json
 from .presets import PRESET_NAMES, PRESETS, Context, describe, expand
@@ -170,11 +170,11 @@ class SNIConfig:
     doca_name: str = option("", "agent doca: Comch service name of the agent (default per trainer)",
                             needs=("--agent doca or doca-local", lambda c: c.agent.startswith("doca")))
     # predictor parameters (dpu_agent cores)
-    window: int = option(4, "trend predictors: synced rows of history kept per halo row",
+    window: int = option(TREND_PARAMS["window"], "trend predictors: synced rows of history kept per halo row",
                          needs=("--predictor linear-trend, gated or window-trend", lambda c: c.predictor in TREND_PREDICTORS))
-    beta: float = option(0.2, "linear-trend: damping of the trend step, dt*exp(-beta*dt)",
+    beta: float = option(TREND_PARAMS["beta"], "linear-trend: damping of the trend step, dt*exp(-beta*dt)",
                          needs=("--predictor linear-trend", lambda c: c.predictor == "linear-trend"))
-    lam: float = option(0.2, "trend predictors: decay exp(-lam*dt) of the trend's weight",
+    lam: float = option(TREND_PARAMS["lam"], "trend predictors: decay exp(-lam*dt) of the trend's weight",
                         needs=("--predictor linear-trend, gated or window-trend", lambda c: c.predictor in TREND_PREDICTORS))
     # stock-script switch (kvstore.enable) only: which DistTensors SNI serves
     tensors: list = option(default_factory=list, cli=False,

@@ -50,7 +50,7 @@ class LayerTensors:
     worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
 
-    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, quantize: int = 0,
+    def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, *, quantize: int,
                  pipeline: bool = False):
         if pipeline and tier_root is not None:
             raise ValueError("pipelined halo rows (--sync-policy pipeline) cannot be tier-backed "

@@ -54,7 +54,7 @@ class HaloWire:
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor, tensors: LayerTensors,
-                 collective, counters: Counters, seed: int = 0, published: np.ndarray | None = None,
+                 collective, counters: Counters, seed: int, published: np.ndarray | None = None,
                  barrier: bool = False, before_wait=lambda: None):
         self.collective, self.counters, self.seed = collective, counters, seed
         self.num_owned = int(owned_gids.numel())

@@ -60,19 +60,20 @@ class DocaAgentTransport(DocaSide, AgentTransport):
     def _open_representor(self) -> None:
         d, reps, count = self.doca, PTR_LIST(), c_uint32()
         d.doca_devinfo_rep_create_list(self.dev, REP_FILTER_NET, byref(reps), byref(count))
-        try:
-            for i in range(count.value):
-                if self.rep_pci is not None:
-                    equal = c_uint8()
-                    d.doca_devinfo_rep_is_equal_pci_addr(reps[i], self.rep_pci.encode(), byref(equal))
-                    if not equal.value:
-                        continue
-                rep = c_void_p()
-                d.doca_dev_rep_open(reps[i], byref(rep))
-                self.rep = rep.value
-                break
-        finally:
-            d.doca_devinfo_rep_destroy_list(reps)
+
+        def wanted(info) -> bool:
+            if self.rep_pci is None:
+                return True
+            equal = c_uint8()
+            d.doca_devinfo_rep_is_equal_pci_addr(info, self.rep_pci.encode(), byref(equal))
+            return bool(equal.value)
+
+        def open_rep(info) -> None:
+            rep = c_void_p()
+            d.doca_dev_rep_open(info, byref(rep))
+            self.rep = rep.value
+
+        self._open_first(reps, count.value, d.doca_devinfo_rep_destroy_list, wanted, open_rep)
         if self.rep is None:
             want = f"with PCI address {self.rep_pci}" if self.rep_pci else "at all"
             raise DocaError("doca_devinfo_rep_is_equal_pci_addr", DOCA_ERROR_NOT_FOUND,

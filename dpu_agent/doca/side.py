@@ -7,7 +7,6 @@ from abc import ABC, abstractmethod
 from collections import deque
 from ctypes import byref, c_int, c_uint8, c_uint32, c_void_p
 
-from .. import protocol
 from . import framing
 from .bindings import (CTX_IDLE, DOCA_ERROR_AGAIN, DOCA_ERROR_IN_PROGRESS, DOCA_ERROR_INVALID_VALUE,
                        DOCA_ERROR_NOT_FOUND, DOCA_ERROR_TIME_OUT, DOCA_SUCCESS, GONE_ERRORS, PTR_LIST,
@@ -45,23 +44,36 @@ class DocaSide(ABC):
         self._recv_cb = RECV_CB(self._on_recv)
 
     # ------------------------------------------------------------ device & engine
+    @staticmethod
+    def _open_first(items, count: int, destroy, match, open_one) -> None:
+        """Open (``open_one``) the first of a DOCA list's ``count`` entries that ``match`` accepts;
+        the list is destroyed on every path. One walk for devices and representors."""
+        try:
+            for i in range(count):
+                if match(items[i]):
+                    open_one(items[i])
+                    break
+        finally:
+            destroy(items)
+
     def _open_device(self) -> None:
         """devinfo list -> the device with our PCI address -> DMA memcpy capable -> open."""
         d = self.doca
         devs, count = PTR_LIST(), c_uint32()
         d.doca_devinfo_create_list(byref(devs), byref(count))
-        try:
-            for i in range(count.value):
-                equal = c_uint8()
-                d.doca_devinfo_is_equal_pci_addr(devs[i], self.pci_addr.encode(), byref(equal))
-                if equal.value:
-                    d.doca_dma_cap_task_memcpy_is_supported(devs[i])
-                    dev = c_void_p()
-                    d.doca_dev_open(devs[i], byref(dev))
-                    self.dev = dev.value
-                    break
-        finally:
-            d.doca_devinfo_destroy_list(devs)
+
+        def ours(info) -> bool:
+            equal = c_uint8()
+            d.doca_devinfo_is_equal_pci_addr(info, self.pci_addr.encode(), byref(equal))
+            return bool(equal.value)
+
+        def open_dev(info) -> None:
+            d.doca_dma_cap_task_memcpy_is_supported(info)
+            dev = c_void_p()
+            d.doca_dev_open(info, byref(dev))
+            self.dev = dev.value
+
+        self._open_first(devs, count.value, d.doca_devinfo_destroy_list, ours, open_dev)
         if self.dev is None:
             raise DocaError("doca_devinfo_is_equal_pci_addr", DOCA_ERROR_NOT_FOUND,
                             f"no DOCA device has PCI address {self.pci_addr} ({count.value} devices found)")

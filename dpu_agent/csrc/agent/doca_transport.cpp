@@ -241,23 +241,36 @@ private:
     }
 
     // ---------------------------------------------------------------- setup
+    // The first entry of a DOCA list (devices or representors) that `match` accepts, opened with
+    // `open`; the list is destroyed on every path. One walk for both lists.
+    template <class Match, class Open>
+    static void open_first(doca::P* list, uint32_t n, doca::Err (*destroy)(doca::P*), Match match, Open open) {
+        try {
+            for (uint32_t i = 0; i < n; ++i) {
+                if (match(list[i])) {
+                    open(list[i]);
+                    break;
+                }
+            }
+        } catch (...) {
+            destroy(list);
+            throw;
+        }
+        destroy(list);
+    }
+
     void open_device() {
         doca::P* list = nullptr;
         uint32_t n = 0;
         call("doca_devinfo_create_list", d_.devinfo_create_list(&list, &n));
-        try {
-            for (uint32_t i = 0; i < n && dev_ == nullptr; ++i) {
-                uint8_t eq = 0;
-                call("doca_devinfo_is_equal_pci_addr", d_.devinfo_is_equal_pci_addr(list[i], pci_.c_str(), &eq));
-                if (!eq) continue;
-                call("doca_dma_cap_task_memcpy_is_supported", d_.dma_cap_task_memcpy_is_supported(list[i]));
-                call("doca_dev_open", d_.dev_open(list[i], &dev_));
-            }
-        } catch (...) {
-            d_.devinfo_destroy_list(list);
-            throw;
-        }
-        d_.devinfo_destroy_list(list);
+        open_first(list, n, d_.devinfo_destroy_list, [&](doca::P info) {
+            uint8_t eq = 0;
+            call("doca_devinfo_is_equal_pci_addr", d_.devinfo_is_equal_pci_addr(info, pci_.c_str(), &eq));
+            return eq != 0;
+        }, [&](doca::P info) {
+            call("doca_dma_cap_task_memcpy_is_supported", d_.dma_cap_task_memcpy_is_supported(info));
+            call("doca_dev_open", d_.dev_open(info, &dev_));
+        });
         if (dev_ == nullptr)
             throw doca::Error("no DOCA device has PCI address " + pci_ + " (" + std::to_string(n) + " devices found)",
                               doca::kNotFound);
@@ -273,21 +286,12 @@ private:
         doca::P* list = nullptr;
         uint32_t n = 0;
         call("doca_devinfo_rep_create_list", d_.devinfo_rep_create_list(dev_, doca::kRepFilterNet, &list, &n));
-        try {
-            for (uint32_t i = 0; i < n && rep_ == nullptr; ++i) {
-                if (!rep_pci_.empty()) {
-                    uint8_t eq = 0;
-                    call("doca_devinfo_rep_is_equal_pci_addr",
-                         d_.devinfo_rep_is_equal_pci_addr(list[i], rep_pci_.c_str(), &eq));
-                    if (!eq) continue;
-                }
-                call("doca_dev_rep_open", d_.dev_rep_open(list[i], &rep_));
-            }
-        } catch (...) {
-            d_.devinfo_rep_destroy_list(list);
-            throw;
-        }
-        d_.devinfo_rep_destroy_list(list);
+        open_first(list, n, d_.devinfo_rep_destroy_list, [&](doca::P info) {
+            if (rep_pci_.empty()) return true;
+            uint8_t eq = 0;
+            call("doca_devinfo_rep_is_equal_pci_addr", d_.devinfo_rep_is_equal_pci_addr(info, rep_pci_.c_str(), &eq));
+            return eq != 0;
+        }, [&](doca::P info) { call("doca_dev_rep_open", d_.dev_rep_open(info, &rep_)); });
         if (rep_ == nullptr)
             throw doca::Error("device " + pci_ + " has no network representor " +
                               (rep_pci_.empty() ? std::string("at all") : "with PCI address " + rep_pci_) + " (" +

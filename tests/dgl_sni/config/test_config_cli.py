@@ -222,9 +222,9 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     assert (gat.preset, gat.sync_interval, gat.quantize, gat.row_average) == ("fast", 1, 0, 0)  # as exact
     # which layers take summed rows is the planner's, from what each layer declares (GAT's: rows)
     assert parse("--preset", "fast", "--model", "gat", "--sync-interval", "2").stale_halo == "summed"
-    sage = parse("--preset", "fast", "--model", "sage")  # averaging did not train SAGE
-    assert (sage.stale_halo, sage.sync_interval, sage.smooth, sage.row_average, sage.grad_average) == \
-        ("summed", 2, 0.75, 0, 0)
+    sage = parse("--preset", "fast", "--model", "sage")  # SAGE: shorter interval, half the averaging
+    assert (sage.stale_halo, sage.sync_interval, sage.smooth, sage.row_average, sage.grad_average, sage.quantize) == \
+        ("summed", 5, 0.0, 0.5, 0.5, 8)
     tier = parse("--preset", "fast", "--storage-tier", "/t")  # rows in files: not averaged over steps
     assert (tier.quantize, tier.stale_halo, tier.sync_interval, tier.smooth, tier.row_average) == (0, "rows", 2, 0.75, 0)
     pipe = parse("--preset", "fast", "--sync-policy", "pipeline")
