@@ -557,14 +557,14 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
         "",
     ]
     lines += ["## Over seeds: `fast` for each model", "",
-              "Sweeps of 3 seeds on 4 machines at 1 Gbit/s (3-layer models, hidden 16, dropout 0.5, 150 epochs, exact "
-              "evaluation after every epoch), from the `bench_e2e.py --seeds` result files under "
+              "Sweeps over seeds on 4 machines at 1 Gbit/s (3-layer models, hidden 16, dropout 0.5, 150 epochs, exact "
+              "evaluation after every epoch, unless the row says otherwise), from the `bench_e2e.py --seeds` result files under "
               "`benchmarks/measured/` (each seed's runs with their curves; `benchmarks/seed_sweeps.py` lists them and "
               "recomputes these figures). *x sooner*: training time to interval 1's best validation accuracy minus "
               "0.01, against interval 1 of the same seed; the *null* is interval 1 again with other dropout masks, "
               "what two exact runs differ by. syn200k is the graph the defaults were tuned on; confirm150k (150k "
               "nodes, degree 12, another seed) was generated to confirm them only.", "",
-              *seed_sweeps.table(data["sweeps"]), ""]
+              *seed_sweeps.table(data["sweeps"]), "", *seed_sweeps.references(data["sweeps"]), ""]
     lacking = missing_parts(data)
     if lacking:
         lines += [f"Not measured yet (the suite's parts this report lacks): {'; '.join(lacking)}.", ""]
