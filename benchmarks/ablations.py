@@ -179,7 +179,7 @@ def plot(report: dict, path: str) -> None:
             ax.set_title(f"sync every {e} epochs")
             ax.set_xlabel("epoch")
         axes[0].set_ylabel("served rows' L2 error / true rows' L2")
-        axes[-1].legend(fontsize=7)
+        axes[-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the panels, off the curves
     elif name == "fig18":
         fig, ax = plt.subplots(figsize=(6, 4))
         for r in runs:
@@ -190,7 +190,7 @@ def plot(report: dict, path: str) -> None:
             ax.plot([p[0] for p in pts], [p[2] for p in pts], label="cache (same rows)", lw=1, ls="--", c="grey")
         ax.set_xlabel("epoch")
         ax.set_ylabel("predicted rows' L2 error to the true rows")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for r in runs:
@@ -198,7 +198,7 @@ def plot(report: dict, path: str) -> None:
         axes[0].set_xlabel("epoch")
         axes[0].set_ylabel("validation accuracy (exact evaluation)")
         axes[0].set_ylim(bottom=0.4)
-        axes[0].legend(fontsize=7)
+        axes[0].legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=3)
         if name == "table5":
             labels = [r["name"] for r in runs]
             axes[1].barh(labels, [r["epoch_s"] * 1e3 for r in runs])
@@ -207,9 +207,9 @@ def plot(report: dict, path: str) -> None:
             labels = [r["name"] for r in runs]
             axes[1].barh(labels, [r["best_val_acc"] for r in runs], label="best validation")
             axes[1].scatter([r["final_test_acc"] for r in runs], labels, c="k", zorder=3, label="final test")
-            axes[1].set_xlim(left=0.6)
+            axes[1].set_xlim(left=0.0)  # bars from zero
             axes[1].set_xlabel("accuracy")
-            axes[1].legend(fontsize=7)
+            axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         else:
             for r in runs:
                 for layer, pts in r["row_error"].items():
@@ -222,10 +222,10 @@ def plot(report: dict, path: str) -> None:
                                      label=f"{r['name']}: gradients, layer {layer}")
             axes[1].set_xlabel("epoch")
             axes[1].set_ylabel("stale epochs: L2 error / true L2")
-            axes[1].legend(fontsize=7)
+            axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.suptitle(f"{name}: {report['graph']}, {report['workers']} workers, {report['link']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # legends beside or below the axes included
     plt.close(fig)
 
 

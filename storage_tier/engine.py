@@ -1,14 +1,15 @@
-"""Layer-wise execution through the storage tier: cache, (re)gather, bypass.
+"""Layer-wise execution through the storage tier: forward, (re)gather backward, predict.
 
 :class:`TierEngine` runs one worker's model layer by layer, sub-partition by
 sub-partition, over the units of :mod:`storage_tier.subparts` (one unit = one
-sub-partition's, or the halo's, rows of one layer), with the host cache of
-:mod:`storage_tier.host_cache` in front of the files of :mod:`storage_tier.io`.
-The plugin's tier trainer wraps it in the training step of the in-memory full-graph
-trainer (same loss normalisation, same Adam, same all-reduce of weight gradients), so the
-two can be compared number for number. The model is anything with the
-:class:`~storage_tier.protocols.TierModel` interface; the exchange any
-:class:`~storage_tier.protocols.HaloExchange`.
+sub-partition's, or the halo's, rows of one layer). Moving units between the host cache
+and the files (reads, prefetching, bypass and write-back, gradient buffers, timers and
+byte counters) is the job of :class:`~storage_tier.units.UnitStore`; this module decides
+what each layer reads, computes and writes. The plugin's tier trainer wraps it in the
+training step of the in-memory full-graph trainer (same loss normalisation, same Adam,
+same all-reduce of weight gradients), so the two can be compared number for number. The
+model is anything with the :class:`~storage_tier.protocols.TierModel` interface; the
+exchange any :class:`~storage_tier.protocols.HaloExchange`.
 
 Forward (layers ``0 .. L-2``; layer ``l`` reads units ``act[l]`` and writes ``act[l+1]``).
 For each sub-partition ``s``: gather its source rows unit by unit from ``act[l]`` (cache
@@ -19,19 +20,18 @@ it has room without evicting the layer being read. After the layer, ``exchange``
 owned rows into the halo rows of ``act[l+1]``. The last layer is not run in forward:
 its logits are recomputed in backward, where the loss is taken.
 
-Backward, destination-major (layers ``L-1 .. 0``; *regather*, no snapshots; any model). For each ``s``: regather its
-inputs from ``act[l]`` exactly as forward did, recompute the layer with autograd (the
-same keyed dropout masks), and backpropagate either the loss of its training rows (last
-layer) or the output gradient rows of ``s`` read from ``grad[l+1]``. Weight gradients
-accumulate in the parameters; input gradients are scatter-added into the host
-gradient buffer ``grad[l]`` (one unit per sub-partition/halo, dirty in the cache -- a unit
-the budget cannot hold is read-modified-written through storage). After the layer, the
-halo gradients go to ``exchange`` (which may return gradients other workers computed for
-owned rows) and the dirty ``grad[l]`` units are written to storage (they stay cached if
-the budget allows; the layer below reads each once). Dead data (``grad[l+1]``, and
-``act[l]`` for ``l >= 1`` until the next forward) is dropped from the cache and its
-gradient files deleted. Layer 0's input gradient is never computed (features are
-constants).
+Backward, destination-major (layers ``L-1 .. 0``; *regather*, no snapshots; any model).
+For each ``s``: regather its inputs from ``act[l]`` exactly as forward did, recompute the
+layer with autograd (the same keyed dropout masks), and backpropagate either the loss of
+its training rows (last layer) or the output gradient rows of ``s`` read from
+``grad[l+1]``. Weight gradients accumulate in the parameters; input gradients are
+scatter-added into the host gradient buffer ``grad[l]`` (one unit per sub-partition/halo,
+:meth:`~storage_tier.units.UnitStore.scatter`). After the layer, the halo gradients go to
+``exchange`` (which may return gradients other workers computed for owned rows) and the
+dirty ``grad[l]`` units are written to storage (they stay cached if the budget allows;
+the layer below reads each once). Dead data (``grad[l+1]``, and ``act[l]`` for ``l >= 1``
+until the next forward) is dropped from the cache and its gradient files deleted. Layer
+0's input gradient is never computed (features are constants).
 
 Backward, source-major (the default for a :class:`~storage_tier.protocols.SourceMajorModel`
 whose every layer qualifies -- GCN and mean SAGE -- with ``mode="regather"`` on the CPU;
@@ -63,33 +63,10 @@ and gradients only when the cache evicts them (write-back) instead of always (by
 straight to storage but keeps gradient buffers in the host cache under the same budget,
 written only when evicted; all three are exact. ``hoist_dropout=True`` (default) stores
 hidden activations *after* the next layer's keyed input dropout (``TierModel.drop_rows``;
-``drop_input`` then passes those rows through), so a row is dropped once where it is produced rather than in each of the
-alpha sub-partitions that gather it -- the same values, since masks are keyed by node.
-Passes alternate direction (0..P-1, then P-1..0) so the units touched last are read first.
-
-Each pass publishes its access schedule (:class:`_Schedule`): ``prefetch_depth`` units are
-read ahead by the reader threads, and when one layer exceeds the cache budget the cache
-evicts the sub-partition unit needed farthest in the future (Belady) instead of the least
-recently used one, which under the cyclic sub-partition scans of a layer keeps a stable
-subset resident where LRU would miss on every access. Whole-layer eviction stays LRU.
-
-Memory bound (what a run's peak RSS stays under, measured in
-``tests/test_storage_engine.py``): the process after setup (interpreter, torch/DGL ~0.45
-GB; the sub-partition blocks ~120 bytes per edge, and as much again for the reverse blocks
-of a source-major backward) + the host-cache budget + one sub-partition's working set (its
-gathered input, the input gradient and the autograd intermediates: <= 8 x max_src_rows x
-width x 4 bytes, plus 2 recycled gathered blocks; in a source-major backward a unit's
-gathered output gradient rows, the rows its reverse block reads, in place of the gathered
-input) +
-(prefetch_depth + 2 queued writes + 1 + ``pool_units`` recycled buffers) x the largest unit
-+ ~16 MiB allocator slack; the first
-epoch adds a one-time ~40-64 MiB of library initialisation. None of it grows with the
-number of layers or with the activations held on storage. Note that on graphs where every
-sub-partition depends on every other one (random-like graphs), two layers must fit in the
-budget (forward: a layer's inputs and outputs; source-major backward: the output gradient
-and the inputs, each unit replaced by its gradient; destination-major backward needs the
-inputs, the gradient buffer and the output gradient): otherwise each sub-partition
-re-reads the units the cache could not keep (partition-wise granularity).
+``drop_input`` then passes those rows through), so a row is dropped once where it is
+produced rather than in each of the alpha sub-partitions that gather it -- the same
+values, since masks are keyed by node. Each pass publishes its access schedule to the
+store (prefetching, next-use eviction).
 
 Exchange hook (distributed halo exchange): a :class:`~storage_tier.protocols.HaloExchange`.
 Once layer ``layer-1``'s outputs of all owned rows are in the tier the engine calls
@@ -106,105 +83,38 @@ stored form: with ``hoist_dropout`` and dropout > 0 that is after layer ``layer`
 dropout, and the gradients are with respect to those rows -- consistent among tier workers
 (the masks are keyed by node id), not to be mixed with workers exchanging raw rows.
 
-Metrics (per epoch, :meth:`TierEngine.metrics`): storage bytes read/written (what the
-read/write calls moved, headers and padding included) in total and per phase, cache
-hits/misses/hit rate, peak resident bytes versus the budget, evictions, alpha, per-layer
-time split (``io_wait_s`` = main thread blocked on reads or the write queue,
-``gather_s`` = host gather/scatter copies, ``compute_s`` = model compute incl. autograd),
-bandwidth of the I/O threads, and peak RSS (VmHWM).
+Metrics (per epoch, :meth:`TierEngine.metrics`): the store's record (:mod:`storage_tier.units`)
+with the engine's ``tier_mode``, ``lazy_writes`` and ``source_major``; the memory bound of a
+run is stated there too.
 
 Compute device: CPU here. ``device="cuda"`` moves each gathered input and block to the GPU
-and gradients back (and reads output gradients with GPUDirect Storage via kvikio when it is
-installed); that path is **untested here** (no CUDA on the development machine, and the
+and gradients back (the store reads output gradients with GPUDirect Storage via kvikio when
+it is installed); that path is **untested here** (no CUDA on the development machine, and the
 keyed dropout kernel is CPU-only, so it needs ``dropout=0``).
 """
 from __future__ import annotations
-
-import bisect
-import time
-from collections import defaultdict
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from .host_cache import HostCache
-from .io import HEADER, IOEngine, kvikio_available, padded
-from .memory import peak_rss_mb
+from .io import IOEngine
 from .protocols import HaloExchange, NoExchange, PartLoss, SourceMajorModel, TierModel
 from .subparts import SubpartitionPlan
+from .units import UnitStore
 
 MODES = ("regather", "snapshot")
 WRITE_POLICIES = (False, "grads", True)  # lazy_writes: bypass, gradient buffers write-back, all write-back
 
 
-class _Schedule:
-    """The access list of one pass: drives prefetching and the cache's next-use eviction.
-
-    ``accesses`` is every unit access of the pass in order, as ``(key, prefetchable)``
-    (gradient accumulation targets are scheduled but not prefetched). The engine calls
-    :meth:`advance` at each access; up to ``depth`` prefetchable units not already cached
-    are read ahead in the reader threads; :meth:`next_use` tells the cache when a unit is
-    needed next in this pass (None: not again), which it uses to pick sub-partition victims.
-    """
-
-    def __init__(self, engine: "TierEngine", accesses: list, depth: int, window: int = 64):
-        self.engine, self.depth, self.window = engine, depth, window
-        self.keys = [k for k, _ in accesses]
-        self.fetchable = [f for _, f in accesses]
-        self.positions: dict = defaultdict(list)
-        for i, key in enumerate(self.keys):
-            self.positions[key].append(i)
-        self.pos = 0
-        self.inflight: dict = {}
-        self._fill()
-
-    def advance(self, key):
-        """Mark the access of ``key`` done; return the Future of its prefetch, if any."""
-        i = self.pos
-        while i < len(self.keys) and i < self.pos + self.window and self.keys[i] != key:
-            i += 1
-        if i < len(self.keys) and self.keys[i] == key:
-            self.pos = i + 1
-        fut = self.inflight.pop(key, None)
-        self._fill()
-        return fut
-
-    def next_use(self, key):
-        lst = self.positions.get(key)
-        if not lst:
-            return None
-        j = bisect.bisect_left(lst, self.pos)
-        return lst[j] if j < len(lst) else None
-
-    def _fill(self) -> None:
-        if self.depth <= 0:
-            return
-        i = self.pos
-        cache, io = self.engine.cache, self.engine.io
-        while len(self.inflight) < self.depth and i < len(self.keys) and i < self.pos + self.window:
-            key = self.keys[i]
-            i += 1
-            if not self.fetchable[i - 1] or key in self.inflight or key in cache:
-                continue
-            self.inflight[key] = io.read_async(key)
-
-    def close(self) -> None:
-        for fut in self.inflight.values():
-            try:
-                fut.result()
-            except Exception:
-                pass
-        self.inflight.clear()
-
-
 class TierEngine:
     """Executes forward/backward/prediction passes of a :class:`TierModel` through the tier.
 
-    Owns the access orders, the prefetchers and the per-epoch timers; uses (does not own)
-    the model, the plan, the I/O engine (and its buffer pool), the cache and the exchange
-    handed in by its trainer, which calls :meth:`write_inputs`, :meth:`forward`,
-    :meth:`backward`, :meth:`predict` and :meth:`metrics`.
+    Owns the layer passes and, in ``units``, a :class:`~storage_tier.units.UnitStore` (the
+    unit I/O: pass schedules and prefetching, per-epoch timers and byte counters); uses
+    (does not own) the model, the plan, the I/O engine (and its buffer pool), the cache and
+    the exchange handed in by its trainer, which calls :meth:`write_inputs`,
+    :meth:`forward`, :meth:`backward`, :meth:`predict` and :meth:`metrics`.
     """
 
     def __init__(self, model: TierModel, plan: SubpartitionPlan, io: IOEngine, cache: HostCache,
@@ -226,11 +136,6 @@ class TierEngine:
         self._lazy_grads = lazy_writes in ("grads", True)
         self.prefetch_depth = int(prefetch_depth)
         self.device = torch.device(device)
-        self._gds = self.device.type == "cuda" and kvikio_available()
-        self._flip = False
-        self._grad_stored: set = set()
-        self._active: set = set()
-        self._sched = None
         # hidden activations are stored *after* the next layer's input dropout, so a row
         # is dropped once where it is produced instead of in every sub-partition gathering it
         self.hoist = bool(hoist_dropout)
@@ -241,226 +146,33 @@ class TierEngine:
             source_major and mode == "regather" and self.device.type == "cpu"
             and isinstance(model, SourceMajorModel)
             and all(model.source_major(l) for l in range(model.num_layers)))
-        self._gwidth: dict = {}  # width of grad[l] units (the logits' for l = L)
         self.out_width = int(out_width)  # the logits' width (sizes the run directory only)
         self.pool = io.pool
-        self.cache.writeback = self._writeback
-        self.cache.recycle = self.pool.release
-        self.reset_metrics()
+        # the unit I/O: cache hooks, pass schedules, per-layer/phase counters (reset here)
+        self.units = UnitStore(plan, io, cache, self.dims, self.prefetch_depth, self.device)
 
-    # ------------------------------------------------------------------ metrics
+    # ------------------------------------------------------------------ metrics and sizes
     def reset_metrics(self) -> None:
-        self.io.reset_stats()
-        self.cache.reset_stats()
-        self.times = defaultdict(lambda: defaultdict(float))
-        self._phase_bytes = {}
-
-    @contextmanager
-    def _time(self, layer: int, phase: str, what: str):
-        start = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.times[layer][f"{phase}_{what}"] += time.perf_counter() - start
-
-    def _mark_phase(self, phase: str) -> None:
-        s = self.io.stats
-        self._phase_bytes[phase] = (s["bytes_read"], s["bytes_written"])
+        self.units.reset_metrics()
 
     def metrics(self) -> dict:
         """The tier's record of the epoch so far (see module docstring)."""
-        s = dict(self.io.stats)
-        c = self.cache.snapshot()
-        layers = []
-        for layer in sorted(self.times):
-            row = {"layer": layer}
-            row.update({k: round(v, 6) for k, v in sorted(self.times[layer].items())})
-            layers.append(row)
-        tot = defaultdict(float)
-        for row in layers:
-            for k, v in row.items():
-                if k != "layer":
-                    tot[k.split("_", 1)[1]] += v
-        out = dict(
-            storage_bytes_read=s["bytes_read"], storage_bytes_written=s["bytes_written"],
-            storage_bytes=s["bytes_read"] + s["bytes_written"],
-            storage_payload_read=s["payload_read"], storage_payload_written=s["payload_written"],
-            storage_reads=s["reads"], storage_writes=s["writes"],
-            storage_read_s=round(s["read_s"], 6), storage_write_s=round(s["write_s"], 6),
-            storage_read_gbps=(s["bytes_read"] / s["read_s"] / 1e9) if s["read_s"] > 0 else None,
-            storage_write_gbps=(s["bytes_written"] / s["write_s"] / 1e9) if s["write_s"] > 0 else None,
-            io_mode=self.io.mode, tier_mode=self.mode, lazy_writes=self.lazy_writes,
-            source_major=self.source_major,
-            io_wait_s=round(tot["io_wait_s"], 6), gather_s=round(tot["gather_s"], 6),
-            compute_s=round(tot["compute_s"], 6), layer_times=layers,
-            peak_rss_mb=peak_rss_mb())
-        if "bwd" in self._phase_bytes:
-            r0, w0 = self._phase_bytes.get("fwd", (0, 0))
-            r1, w1 = self._phase_bytes["bwd"]
-            out.update(fwd_bytes_read=r1 - r0, fwd_bytes_written=w1 - w0,
-                       bwd_bytes_read=s["bytes_read"] - r1, bwd_bytes_written=s["bytes_written"] - w1)
-        out.update(c)
-        out.update(self.plan.stats())
-        return out
+        return self.units.metrics(tier_mode=self.mode, lazy_writes=self.lazy_writes,
+                                  source_major=self.source_major)
 
-    # ------------------------------------------------------------------ sizes
     def unit_shape(self, layer: int, part: int) -> tuple:
-        return (self.plan.unit_rows(part), self.dims[layer])
+        return self.units.unit_shape(layer, part)
 
     def layer_bytes(self, layer: int, snapshot: bool = False) -> int:
         """Bytes on disk of one layer's units (or of its snapshots)."""
-        d = self.dims[layer] * 4
-        if snapshot:
-            return sum(HEADER + padded(p.num_src * d) for p in self.plan.parts)
-        return sum(HEADER + padded(self.plan.unit_rows(p) * d) for p in self.plan.unit_parts)
+        return self.units.layer_bytes(layer, snapshot)
 
     def disk_needed(self) -> int:
         """Most bytes the run directory holds at once (activations + two gradient layers [+ snapshots])."""
-        L = self.model.num_layers
-        acts = sum(self.layer_bytes(l) for l in range(L))
-        grads = max([self.layer_bytes(l) + self.layer_bytes(l + 1) for l in range(1, L - 1)]
-                    + [self.layer_bytes(l) for l in range(1, L)] + [0])
-        if self.source_major:  # the logits' gradient beside grad[L-1] (units of out_width)
-            logits = sum(HEADER + padded(self.plan.unit_rows(p) * self.out_width * 4)
-                         for p in self.plan.unit_parts)
-            grads = max(grads, logits + (self.layer_bytes(L - 1) if L > 1 else 0))
-        snaps = sum(self.layer_bytes(l, True) for l in range(L)) if self.mode == "snapshot" else 0
-        return acts + grads + snaps
+        return self.units.disk_needed(self.model.num_layers, self.mode == "snapshot",
+                                      self.out_width if self.source_major else None)
 
-    # ------------------------------------------------------------------ unit plumbing
-    def _writeback(self, key, arr) -> None:
-        self.io.write_async(key, arr)
-        if key[0] == "grad":
-            self._grad_stored.add(key)
-
-    def _write(self, key, arr, layer: int, phase: str) -> None:
-        with self._time(layer, phase, "io_wait_s"):  # blocks only when the write queue is full
-            self.io.write_async(key, arr)
-        if key[0] == "grad":
-            self._grad_stored.add(key)
-
-    def _wait(self, fut, key, layer, phase):
-        with self._time(layer, phase, "io_wait_s"):
-            return self.io.read(key) if fut is None else self.io._wait_future(fut)
-
-    def _fetch(self, key, pf, layer: int, phase: str, admit: bool = True) -> np.ndarray:
-        """A unit for reading: cache hit, else the prefetched or a synchronous read."""
-        arr = self.cache.get(key)
-        fut = pf.advance(key) if pf is not None else None
-        if arr is not None:
-            return arr
-        arr = self._wait(fut, key, layer, phase)
-        if admit:
-            self.cache.admit(key, arr, protect_groups=self._active)
-        return arr
-
-    def _fetch_once(self, key, pf, layer: int, phase: str) -> np.ndarray:
-        """A unit read exactly once (output gradients, snapshots): never admitted, dropped after."""
-        arr = self.cache.get(key)
-        fut = pf.advance(key) if pf is not None else None
-        if arr is not None:
-            self.cache.discard(key)
-            return arr
-        if self._gds and fut is None and key[0] == "grad":  # UNTESTED here: GDS to the GPU
-            with self._time(layer, phase, "io_wait_s"):
-                return self.io.read_to_device(key, self.device)
-        return self._wait(fut, key, layer, phase)
-
-    def _emit(self, key, out: torch.Tensor, layer: int, phase: str, lazy: bool,
-              unit_eviction: bool = False) -> None:
-        """Hand over a finished unit: under a write-back policy (``lazy``) the cache keeps it
-        dirty if it can make room, else it is written (bypass) and the cache keeps a clean
-        copy if it has room. Outputs make room only by whole groups; gradient units, which
-        the next layer reads, also by single units (``unit_eviction``)."""
-        with self._time(layer, phase, "gather_s"):
-            buf = self.pool.alloc(tuple(out.shape), zero=False)
-            np.copyto(buf, out.detach().to("cpu").numpy())
-        self.cache.discard(key)  # any older version is stale
-        self._grad_stored.discard(key)
-        kw = dict(protect_groups=self._active, unit_eviction=unit_eviction)
-        if lazy and self.cache.admit(key, buf, dirty=True, **kw):
-            return
-        self._write(key, buf, layer, phase)
-        if not lazy and self.cache.admit(key, buf, **kw):
-            return
-        self.pool.release(buf)  # recycled once its write is done
-
-    def _grad_unit(self, key, layer: int):
-        """The accumulation buffer of a gradient unit: (array, resident in cache)."""
-        if self._sched is not None:
-            self._sched.advance(key)
-        arr = self.cache.get(key, count=False)
-        if arr is not None:
-            self.cache.hits += 1
-            return arr, True
-        if key in self._grad_stored:
-            self.cache.misses += 1
-            arr = self._wait(None, key, layer, "bwd")
-        else:
-            arr = self.pool.alloc(self.unit_shape(layer, key[2]))
-        ok = self.cache.admit(key, arr, dirty=True, protect_groups=self._active)
-        return arr, ok
-
-    def _order(self) -> list:
-        self._flip = not self._flip
-        order = list(range(self.plan.num_parts))
-        return order if self._flip else order[::-1]
-
-    @contextmanager
-    def _pass(self, accesses: list):
-        """Run one pass under a :class:`_Schedule` (prefetch + next-use eviction)."""
-        sched = _Schedule(self, accesses, self.prefetch_depth)
-        self._sched = sched
-        self.cache.next_use = sched.next_use
-        try:
-            yield sched
-        finally:
-            sched.close()
-            self._sched = None
-            self.cache.next_use = None
-
-    def _gather(self, layer: int, part, pf, phase: str, tier_buffer: bool = False,
-                kind: str = "act") -> np.ndarray:
-        """The sub-partition's source rows of ``act[layer]`` (or of ``grad[layer]``), unit by unit.
-
-        Row copies use torch's ``index_select``/``index_add_`` into numpy-owned buffers:
-        measured here (one thread, 20k sorted rows of 128 floats) 2.3x faster than
-        ``np.take`` and 2.6x faster than numpy's fancy-index ``+=``.
-        """
-        width = self.dims[layer] if kind == "act" else self._gwidth[layer]
-        shape = (part.block.num_src, width)
-        # numpy's allocator (huge pages, heap reuse) is the faster home for a block that is
-        # never written; snapshots are written, so they get an aligned tier buffer
-        x = self.pool.alloc(shape, zero=False) if tier_buffer else np.empty(shape, dtype=np.float32)
-        for src in part.sources:
-            key = (kind, layer, src.part)
-            unit = self._fetch(key, pf, layer, phase)
-            with self._time(layer, phase, "gather_s"):
-                if src.rows is None:
-                    x[src.start: src.stop] = unit
-                else:
-                    torch.index_select(torch.from_numpy(unit), 0, src.index,
-                                       out=torch.from_numpy(x[src.start: src.stop]))
-            if self.cache.peek(key) is not unit:
-                self.pool.release(unit)  # a transient (not admitted) unit: recycle its buffer
-            del unit
-        return x
-
-    def _scatter(self, layer: int, part, grad: np.ndarray) -> None:
-        """Scatter-add a sub-partition's input gradient rows into the ``grad[layer]`` units."""
-        for src in part.sources:
-            key = ("grad", layer, src.part)
-            unit, resident = self._grad_unit(key, layer)
-            with self._time(layer, "bwd", "gather_s"):
-                g = grad[src.start: src.stop]
-                if src.rows is None:
-                    np.add(unit, g, out=unit)
-                else:  # rows are unique within a source: the sum is order-independent
-                    torch.from_numpy(unit).index_add_(0, src.index, torch.from_numpy(g))
-            if not resident:  # read-modify-write through storage
-                self._write(key, unit, layer, "bwd")
-                self.pool.release(unit)
-
+    # ------------------------------------------------------------------ compute
     def _layer_out(self, layer: int, block, xt: torch.Tensor) -> torch.Tensor:
         """``layer_forward`` plus, for hidden layers under hoisting, the next layer's dropout."""
         out = self.model.layer_forward(layer, block, xt)
@@ -484,53 +196,38 @@ class TierEngine:
     # ------------------------------------------------------------------ setup
     def write_inputs(self, features) -> None:
         """Write layer 0 (input features, permuted into tier order) as units; kept for the run."""
-        plan = self.plan
-        self._active = {("act", 0)}
-        for part in plan.unit_parts:
-            lo, hi = plan.unit_range(part)
-            rows = plan.perm[lo:hi] if part != plan.halo_part else np.arange(lo, hi)
-            if isinstance(features, torch.Tensor):
-                block = features.index_select(0, torch.from_numpy(rows)).numpy()
-            else:
-                block = np.asarray(features[rows])
-            buf = self.pool.alloc((hi - lo, self.dims[0]), zero=False)
-            buf[...] = block
-            del block
-            self.io.write_async(("act", 0, part), buf)
-            self.cache.admit(("act", 0, part), buf, protect_groups=self._active, unit_eviction=False)
-            del buf
-        self.io.wait()
+        self.units.write_inputs(features)
 
     # ------------------------------------------------------------------ passes
     def forward(self, training: bool) -> None:
         """Layers 0..L-2 (snapshot mode while training: also the last layer's gather + snapshot)."""
         L = self.model.num_layers
-        self._mark_phase("fwd")
+        self.units.mark_phase("fwd")
         upto = L if (self.mode == "snapshot" and training) else L - 1
         for layer in range(upto):
             self._forward_layer(layer, training, compute=layer < L - 1)
 
     def _forward_layer(self, layer: int, training: bool, compute: bool) -> None:
         parts = self.plan.parts
-        order = self._order()
-        self._active = {("act", layer), ("act", layer + 1)}
+        order = self.units.order()
+        self.units.active = {("act", layer), ("act", layer + 1)}
         snap = self.mode == "snapshot" and training
         accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
-        with self._pass(accesses) as pf:
+        with self.units.schedule(accesses) as pf:
             for s in order:
                 part = parts[s]
-                x = self._gather(layer, part, pf, "fwd", tier_buffer=snap)
+                x = self.units.gather(layer, part, pf, "fwd", tier_buffer=snap)
                 if snap:
-                    self._write(("snap", layer, s), x, layer, "fwd")
+                    self.units.write(("snap", layer, s), x, layer, "fwd")
                 if not compute:
                     self.pool.release(x)
                     continue
-                with self._time(layer, "fwd", "compute_s"), torch.no_grad():
+                with self.units.time(layer, "fwd", "compute_s"), torch.no_grad():
                     block, xt = self._to_device(part, torch.from_numpy(x))
                     out = self._layer_out(layer, block, xt)
                 self.pool.release(x)
                 del x, xt
-                self._emit(("act", layer + 1, s), out, layer, "fwd", self._lazy_outputs)
+                self.units.emit(("act", layer + 1, s), out, layer, "fwd", self._lazy_outputs)
                 del out
         if compute and self.plan.num_halo:
             self._exchange_forward(layer + 1)
@@ -539,7 +236,7 @@ class TierEngine:
         """Layers L-1..0, source-major where the model allows it, else regather, recompute,
         backpropagate (module docstring), from the trainer's ``loss`` of each sub-partition's
         logits; returns (the step's loss, correct training rows)."""
-        self._mark_phase("bwd")
+        self.units.mark_phase("bwd")
         if self.source_major:
             total, correct = self._loss_gradients(loss)
             for layer in reversed(range(self.model.num_layers)):
@@ -559,7 +256,7 @@ class TierEngine:
         L = self.model.num_layers
         total, correct = 0.0, 0
         for part, logits in self._logits("bwd", {("act", L - 1), ("grad", L)}):
-            with self._time(L - 1, "bwd", "compute_s"):
+            with self.units.time(L - 1, "bwd", "compute_s"):
                 grad = torch.zeros_like(logits)
                 out = logits.requires_grad_(True)
                 with torch.enable_grad():
@@ -570,8 +267,9 @@ class TierEngine:
                     grad = out.grad
                     total += taken[0].item()
                     correct += taken[1]
-            self._gwidth[L] = grad.shape[1]
-            self._emit(("grad", L, part.index), grad, L - 1, "bwd", self._lazy_grads, unit_eviction=True)
+            self.units.gwidth[L] = grad.shape[1]
+            self.units.emit(("grad", L, part.index), grad, L - 1, "bwd", self._lazy_grads,
+                            unit_eviction=True)
         return total, correct
 
     def _logits(self, phase: str, active: set):
@@ -579,14 +277,14 @@ class TierEngine:
         gathered inputs, without autograd (the loss pass and prediction)."""
         layer = self.model.num_layers - 1
         parts = self.plan.parts
-        order = self._order()
-        self._active = active
+        order = self.units.order()
+        self.units.active = active
         accesses = [(("act", layer, src.part), True) for s in order for src in parts[s].sources]
-        with self._pass(accesses) as pf:
+        with self.units.schedule(accesses) as pf:
             for s in order:
                 part = parts[s]
-                x = self._gather(layer, part, pf, phase)
-                with self._time(layer, phase, "compute_s"), torch.no_grad():
+                x = self.units.gather(layer, part, pf, phase)
+                with self.units.time(layer, phase, "compute_s"), torch.no_grad():
                     block, xt = self._to_device(part, torch.from_numpy(x))
                     logits = self.model.layer_forward(layer, block, xt)
                 self.pool.release(x)
@@ -611,15 +309,13 @@ class TierEngine:
         rparts = plan.reverse_parts()
         need_grad = layer > 0
         gk = layer + 1
-        self._gwidth[layer] = self.dims[layer]
+        self.units.gwidth[layer] = self.dims[layer]
         owned = list(range(plan.num_parts))
         order = ([plan.halo_part] if plan.num_halo else []) + (
-            owned if self._order()[0] == 0 else owned[::-1])
-        self._active = {("act", layer), ("grad", layer), ("grad", gk)}
+            owned if self.units.order()[0] == 0 else owned[::-1])
+        self.units.active = {("act", layer), ("grad", layer), ("grad", gk)}
         if need_grad:
-            for p in plan.unit_parts:
-                self._grad_stored.discard(("grad", layer, p))
-                self.cache.discard(("grad", layer, p))
+            self.units.reset_grads(layer)
         accesses = []
         for q in order:
             accesses.extend((("grad", gk, src.part), True) for src in rparts[q].sources)
@@ -628,14 +324,14 @@ class TierEngine:
                 accesses.append((("grad", gk, q), True))
         predropped = self.hoist and layer > 0  # act[layer] holds rows after the layer's dropout
         received = None
-        with self._pass(accesses) as pf:
+        with self.units.schedule(accesses) as pf:
             for q in order:
                 rp, halo = rparts[q], q == plan.halo_part
-                g_src = self._gather(gk, rp, pf, "bwd", kind="grad")
+                g_src = self.units.gather(gk, rp, pf, "bwd", kind="grad")
                 key = ("act", layer, q)
-                x = self._fetch(key, pf, layer, "bwd", admit=layer == 0)
-                g_own = None if halo else self._fetch(("grad", gk, q), pf, layer, "bwd")
-                with self._time(layer, "bwd", "compute_s"):
+                x = self.units.fetch(key, pf, layer, "bwd", admit=layer == 0)
+                g_own = None if halo else self.units.fetch(("grad", gk, q), pf, layer, "bwd")
+                with self.units.time(layer, "bwd", "compute_s"):
                     xt = torch.from_numpy(x)
                     xin = xt if predropped else model.drop_rows(layer, xt, rp.keys)
                     grad = model.layer_backward_sources(
@@ -651,23 +347,19 @@ class TierEngine:
                     if received is not None:
                         lo, hi = plan.unit_range(q)
                         grad += received[torch.from_numpy(plan.perm[lo:hi])]
-                    with self._time(layer, "bwd", "compute_s"):
+                    with self.units.time(layer, "bwd", "compute_s"):
                         if predropped:  # the dropout applied where the rows were produced
                             grad = model.drop_rows(layer, grad, rp.keys)
                         grad = model.activation_backward(layer - 1, grad, xt)
                 del xt
-                if self.cache.peek(key) is not x:
-                    self.pool.release(x)  # a transient (not admitted) unit
-                elif layer > 0:  # dead until the next forward: its unit makes room for the gradient
-                    self.cache.discard(key)
+                # dead until the next forward: its unit makes room for the gradient
+                self.units.release(key, x, dead=layer > 0)
                 del x
                 if grad is not None:
-                    self._emit(("grad", layer, q), grad, layer, "bwd", self._lazy_grads, unit_eviction=True)
+                    self.units.emit(("grad", layer, q), grad, layer, "bwd", self._lazy_grads,
+                                    unit_eviction=True)
                 del grad
-        self.cache.discard_group(("grad", gk))
-        for p in plan.unit_parts:
-            self._grad_stored.discard(("grad", gk, p))
-            self.io.delete(("grad", gk, p))
+        self.units.delete_grads(gk)
         if layer > 0:
             self.cache.discard_group(("act", layer))
         # (bypass: every gradient unit was written as it was emitted)
@@ -688,12 +380,10 @@ class TierEngine:
         plan, parts = self.plan, self.plan.parts
         L = self.model.num_layers
         last, need_grad = layer == L - 1, layer > 0
-        order = self._order()
-        self._active = {("act", layer), ("grad", layer), ("grad", layer + 1)}
+        order = self.units.order()
+        self.units.active = {("act", layer), ("grad", layer), ("grad", layer + 1)}
         if need_grad:
-            for p in plan.unit_parts:
-                self._grad_stored.discard(("grad", layer, p))
-                self.cache.discard(("grad", layer, p))
+            self.units.reset_grads(layer)
         snap = self.mode == "snapshot"
         accesses = []
         for s in order:
@@ -706,15 +396,15 @@ class TierEngine:
             if need_grad:
                 accesses.extend((("grad", layer, src.part), False) for src in parts[s].sources)
         total, correct = 0.0, 0
-        with self._pass(accesses) as pf:
+        with self.units.schedule(accesses) as pf:
             for s in order:
                 part = parts[s]
                 if snap:
-                    x = self._fetch_once(("snap", layer, s), pf, layer, "bwd")
+                    x = self.units.fetch_once(("snap", layer, s), pf, layer, "bwd")
                 else:
-                    x = self._gather(layer, part, pf, "bwd")
-                g_out = None if last else self._fetch_once(("grad", layer + 1, s), pf, layer, "bwd")
-                with self._time(layer, "bwd", "compute_s"):
+                    x = self.units.gather(layer, part, pf, "bwd")
+                g_out = None if last else self.units.fetch_once(("grad", layer + 1, s), pf, layer, "bwd")
+                with self.units.time(layer, "bwd", "compute_s"):
                     block, xt = self._to_device(part, torch.from_numpy(x))
                     if need_grad:
                         xt.requires_grad_(True)
@@ -735,30 +425,23 @@ class TierEngine:
                     self.pool.release(g_out)
                 del out, xt, x, g_out
                 if grad is not None:
-                    self._scatter(layer, part, grad)
+                    self.units.scatter(layer, part, grad)
                 elif need_grad:  # no gradient reached these rows: still consume the schedule
                     for src in part.sources:
                         pf.advance(("grad", layer, src.part))
                 del grad
         # dead data: this layer's output gradients, snapshots and (until next forward) inputs
         if not last:
-            self.cache.discard_group(("grad", layer + 1))
-            for p in plan.unit_parts:
-                self._grad_stored.discard(("grad", layer + 1, p))
-                self.io.delete(("grad", layer + 1, p))
+            self.units.delete_grads(layer + 1)
         if snap:
-            for s in range(plan.num_parts):
-                self.io.delete(("snap", layer, s))
+            self.units.delete_snapshots(layer)
         if layer > 0:
             self.cache.discard_group(("act", layer))
         if need_grad:
             if plan.num_halo:
                 self._exchange_backward(layer)
             if not self._lazy_grads:  # write-back buffer -> storage after the layer
-                self.cache.flush([("grad", layer, p) for p in plan.unit_parts])
-                for p in plan.unit_parts:
-                    if ("grad", layer, p) in self.cache:
-                        self._grad_stored.add(("grad", layer, p))
+                self.units.flush_grads(layer)
         return total, correct
 
     @torch.no_grad()
@@ -786,7 +469,7 @@ class TierEngine:
         out = np.empty((rows.shape[0], self.dims[layer]), dtype=np.float32)
         for p in np.unique(part):
             sel = np.flatnonzero(part == p)
-            unit = self._fetch(("act", layer, int(p)), None, layer, "xchg")
+            unit = self.units.fetch(("act", layer, int(p)), None, layer, "xchg")
             out[sel] = unit[local[sel]]
         return out
 
@@ -796,7 +479,7 @@ class TierEngine:
         plan = self.plan
         for p in range(plan.num_parts):
             lo, hi = plan.unit_range(p)
-            yield plan.perm[lo:hi], self._fetch(("act", layer, p), None, layer, "xchg")
+            yield plan.perm[lo:hi], self.units.fetch(("act", layer, p), None, layer, "xchg")
 
     def _exchange_forward(self, layer: int) -> None:
         plan = self.plan
@@ -805,27 +488,17 @@ class TierEngine:
         if halo.shape != (plan.num_halo, self.dims[layer]):
             raise ValueError(f"exchange.forward_rows({layer}) returned shape {halo.shape}, "
                              f"expected {(plan.num_halo, self.dims[layer])}")
-        self._emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg",
-                   self._lazy_outputs)
+        self.units.emit(("act", layer, plan.halo_part), torch.from_numpy(halo), layer, "xchg",
+                        self._lazy_outputs)
 
     def _exchange_backward(self, layer: int) -> None:
         plan = self.plan
         key = ("grad", layer, plan.halo_part)
-        unit, _ = self._grad_unit(key, layer)
+        unit, _ = self.units.grad_unit(key, layer)
         received = self._exchange_grad(layer, torch.from_numpy(unit.copy()))
-        self.cache.discard(key)
-        self._grad_stored.discard(key)
-        self.io.delete(key)
-        if received is None:
-            return
-        extra = received.numpy()
-        for p in range(plan.num_parts):
-            k = ("grad", layer, p)
-            lo, hi = plan.unit_range(p)
-            g, resident = self._grad_unit(k, layer)
-            g += extra[plan.perm[lo:hi]]
-            if not resident:
-                self._write(k, g, layer, "bwd")
+        self.units.delete(key)
+        if received is not None:
+            self.units.add_owned_grads(layer, received.numpy())
 
 
 class _OwnedReader:

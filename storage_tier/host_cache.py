@@ -20,7 +20,7 @@ are handed to ``writeback(key, array)`` when evicted; clean ones are simply drop
 because storage already holds them. Dead data (a layer no longer needed this epoch) is
 removed with :meth:`discard_group`, which never writes.
 
-Owned by :class:`storage_tier.engine.TierEngine`, which decides what to admit: inputs
+Owned by :class:`storage_tier.units.UnitStore` (for the layer-wise engine), which decides what to admit: inputs
 gathered for the current layer, opportunistically the outputs it writes, and the
 gradient accumulation buffers.
 """

@@ -33,11 +33,8 @@ Entry points:
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import numbers
-import os
 import time
 from dataclasses import dataclass, field
 

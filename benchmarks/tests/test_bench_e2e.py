@@ -196,3 +196,18 @@ def test_pool_refuses_a_file_that_is_not_a_result_by_name(tmp_path, capsys):
     assert bench_e2e.main(["--pool", str(good), "--out", str(tmp_path / "out.json")]) == 0
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["files"] == [str(good)] and out["graphs"]["cora"]["1gbit"]["over_seeds"]["stale"]["seeds"] == 2
+
+
+def test_every_committed_sweep_is_valid_and_judged_against_interval_1_first():
+    import glob
+    import json
+    from dgl_sni.config import TrainConfig
+    files = sorted(glob.glob(os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "*.json")))
+    assert any(f.endswith("paper.json") for f in files)
+    for path in files:
+        with open(path) as fh:
+            configs = json.load(fh)
+        assert configs[0]["name"] == "interval1" and configs[0]["preset"] == "exact", path
+        assert len({c["name"] for c in configs}) == len(configs), path
+        for c in configs:
+            TrainConfig.from_dict({k: v for k, v in c.items() if k != "name"}).validate()
