@@ -26,7 +26,7 @@ AGENT_SOURCES := $(AGENT_HEADERS) $(AGENT_UNITS)
 AGENT_AARCH64 := dpu_agent/bin/sni-agent-aarch64
 AGENT_AARCH64_OBJECTS := $(patsubst dpu_agent/csrc/agent/%.cpp,build/agent-aarch64/%.o,$(AGENT_UNITS))
 
-.PHONY: install demo test test-slow bench clean agent agent-aarch64 agent-test-deps runtime-deps
+.PHONY: install demo test test-slow bench bench-full bench-compare clean agent agent-aarch64 agent-test-deps runtime-deps
 
 $(STAMP): requirements.txt setup.py pyproject.toml dgl_sni_startup.pth $(AGENT_SOURCES) $(wildcard dgl_sni/*.pyx dgl_sni/csrc/* dpu_agent/*.pyx storage_tier/*.pyx storage_tier/csrc/*)
 	$(PYTHON) -m venv $(VENV)
@@ -78,8 +78,22 @@ runtime-deps:
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
+# The benchmark suites, one per subsystem (benchmarks/suites/suite_*.py: collected only here, never by
+# make test). Each run is saved to $(BENCH_SAVED)/<machine>/ (pytest-benchmark's JSON, extra_info
+# included). bench: the quick suites (not marked long); bench-full: all of them; bench-compare: the
+# quick suites again, then what got slower or faster than the run saved before it.
+BENCH_SAVED := benchmarks/saved
+BENCH_SUITES := $(PY) -m pytest -q benchmarks/suites -o python_files='suite_*.py' --benchmark-enable \
+	--benchmark-only --benchmark-storage=$(BENCH_SAVED) --benchmark-autosave
 bench: $(STAMP)
-	$(PY) -m pytest -q benchmarks --benchmark-enable --benchmark-only
+	$(BENCH_SUITES) -m 'not long'
+
+bench-full: $(STAMP)
+	$(BENCH_SUITES) -m ''
+
+bench-compare: $(STAMP)
+	$(BENCH_SUITES) -m 'not long' --benchmark-compare
+	$(PY) benchmarks/compare_saved.py --storage $(BENCH_SAVED)
 
 clean:
 	rm -rf $(VENV) build *.egg-info dgl_sni/*.so dgl_sni/_ops.cpp dpu_agent/*.so dpu_agent/bin storage_tier/*.so

@@ -116,6 +116,49 @@ def _run(work: str, part_config: str, workers: int, epochs: int, flag_env: dict,
     return run
 
 
+def compare_cache(work: str, workers: int, epochs: int, nodes: int, feat_dim: int, budget: str,
+                  repeat: int = 1, stock: bool = True) -> dict:
+    """On ``workers`` machines at 1 Gbit/s (the example copied into ``work`` by :func:`_example`):
+    the example under ``DGL_SNI=1`` with the cache off (budget 0) and at ``budget``, and with
+    ``stock``, stock DGL; each ``repeat`` times, interleaved. Returns the runs (epoch time: the
+    median over the repeats) and the remote feature bytes' ratios, off over on; prints one line.
+    Called by :func:`main` per machine count and by the feature cache's benchmark suite."""
+    part_config = _partition(work, workers, nodes, feat_dim)
+    envs = {"stock": {}, "off": dict(DGL_SNI="1", DGL_SNI_CACHE_BUDGET="0"),
+            "on": dict(DGL_SNI="1", DGL_SNI_CACHE_BUDGET=budget)}
+    if not stock:
+        del envs["stock"]
+    runs = {name: [] for name in envs}
+    for rep in range(repeat):  # interleaved: the machine's load drifts
+        for name in runs:
+            runs[name].append(_run(work, part_config, workers, epochs, envs[name], f"{name}{workers}-{rep}"))
+    kept = {name: dict(rs[0], epoch_time_s=statistics.median(r["epoch_time_s"] for r in rs),
+                       epoch_times_s=[r["epoch_time_s"] for r in rs]) for name, rs in runs.items()}
+    off, on = kept["off"], kept["on"]
+    ratio = off["remote_feature_bytes_per_epoch"] / max(on["remote_feature_bytes_per_epoch"], 1)
+    later = off["remote_feature_bytes_later_half"] / max(on["remote_feature_bytes_later_half"], 1)
+    out = {}
+    times = f"off {off['epoch_time_s']:.3f} s, on {on['epoch_time_s']:.3f} s"
+    accs = f"{off['test_acc']} / {on['test_acc']}"
+    if stock:
+        base = out["stock"] = kept["stock"]
+        base["reproducible"] = all(r["losses"] == base["losses"] for r in runs["stock"])
+        for run in (off, on):
+            run["losses_equal_stock"] = run["losses"] == base["losses"] and bool(base["losses"])
+        times = f"stock {base['epoch_time_s']:.3f} s, " + times + (
+            f"; losses equal stock: off {off['losses_equal_stock']}, on {on['losses_equal_stock']} "
+            f"(stock reproducible: {base['reproducible']})")
+        accs = f"{base['test_acc']} / " + accs
+    out.update(cache_off=off, cache_on=on, bytes_ratio=ratio, bytes_ratio_later_half=later)
+    print(f"{workers} machines at 1gbit: remote feature bytes/epoch after the first "
+          f"{off['remote_feature_bytes_per_epoch']:.0f} "
+          f"-> {on['remote_feature_bytes_per_epoch']:.0f} ({ratio:.2f}x fewer; later half of the "
+          f"epochs {later:.2f}x; first epoch "
+          f"{off['remote_feature_bytes_first_epoch']:.0f} -> {on['remote_feature_bytes_first_epoch']:.0f}), "
+          f"epoch time {times}; test acc {accs}", flush=True)
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4])
@@ -132,32 +175,8 @@ def main(argv=None) -> int:
     try:
         _example(args.example, work)
         for n in args.workers:
-            part_config = _partition(work, n, args.nodes, args.feat_dim)
-            runs = {"stock": [], "off": [], "on": []}
-            envs = {"stock": {}, "off": dict(DGL_SNI="1", DGL_SNI_CACHE_BUDGET="0"),
-                    "on": dict(DGL_SNI="1", DGL_SNI_CACHE_BUDGET=args.budget)}
-            for rep in range(args.repeat):  # interleaved: the machine's load drifts
-                for name in runs:
-                    runs[name].append(_run(work, part_config, n, args.epochs, envs[name], f"{name}{n}-{rep}"))
-            stock, off, on = (dict(rs[0], epoch_time_s=statistics.median(r["epoch_time_s"] for r in rs),
-                                   epoch_times_s=[r["epoch_time_s"] for r in rs]) for rs in runs.values())
-            stock["reproducible"] = all(r["losses"] == stock["losses"] for r in runs["stock"])
-            for run in (off, on):
-                run["losses_equal_stock"] = run["losses"] == stock["losses"] and bool(stock["losses"])
-            ratio = off["remote_feature_bytes_per_epoch"] / max(on["remote_feature_bytes_per_epoch"], 1)
-            later = off["remote_feature_bytes_later_half"] / max(on["remote_feature_bytes_later_half"], 1)
-            results["runs"][str(n)] = dict(stock=stock, cache_off=off, cache_on=on, bytes_ratio=ratio,
-                                           bytes_ratio_later_half=later)
-            print(f"{n} machines at 1gbit: remote feature bytes/epoch after the first "
-                  f"{off['remote_feature_bytes_per_epoch']:.0f} "
-                  f"-> {on['remote_feature_bytes_per_epoch']:.0f} ({ratio:.2f}x fewer; later half of the "
-                  f"epochs {later:.2f}x; first epoch "
-                  f"{off['remote_feature_bytes_first_epoch']:.0f} -> {on['remote_feature_bytes_first_epoch']:.0f}), "
-                  f"epoch time "
-                  f"stock {stock['epoch_time_s']:.3f} s, off {off['epoch_time_s']:.3f} s, "
-                  f"on {on['epoch_time_s']:.3f} s; losses equal stock: off {off['losses_equal_stock']}, "
-                  f"on {on['losses_equal_stock']} (stock reproducible: {stock['reproducible']}); test acc {stock['test_acc']} / {off['test_acc']} / "
-                  f"{on['test_acc']}", flush=True)
+            results["runs"][str(n)] = compare_cache(work, n, args.epochs, args.nodes, args.feat_dim, args.budget,
+                                                    args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

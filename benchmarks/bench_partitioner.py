@@ -34,6 +34,7 @@ METHODS = ("switching", "switching-plain", "metis", "random")
 OURS = "switching"
 MEM_TARGET = 0.1   # our peak over the loaded graph / METIS's
 CUT_TARGET = 1.5   # our edge cut / METIS's
+CACHE = os.path.join(tempfile.gettempdir(), "dgl_sni_bench")  # the generated synthetic graphs, kept
 
 
 def env():
@@ -189,7 +190,7 @@ def main():
     parser.add_argument("--nodes", type=int, default=None, help="synthetic graph size")
     parser.add_argument("--extra-seeds", type=int, default=4,
                         help="ours on the small graphs: also seeds 1..N (cut spread)")
-    parser.add_argument("--cache", default=os.path.join(tempfile.gettempdir(), "dgl_sni_bench"))
+    parser.add_argument("--cache", default=CACHE)
     parser.add_argument("--data-dir", default=None)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     parser.add_argument("--timeout", type=int, default=600)

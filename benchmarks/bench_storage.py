@@ -76,6 +76,7 @@ from benchmarks.tier_baselines import AutogradSpillTrainer, snapshot_trainer  # 
 from storage_tier.io import ALIGN, IOEngine  # noqa: E402
 from storage_tier.subparts import rowspace_from_graph  # noqa: E402
 
+STORAGE = os.path.join(ROOT, "build", "storage-bench")  # unit files: a real disk (O_DIRECT), not tmpfs
 KEEP = ("loss", "time_s", "source_major", "alpha", "storage_bytes", "storage_bytes_read", "storage_bytes_written",
         "fwd_bytes_read", "fwd_bytes_written", "bwd_bytes_read", "bwd_bytes_written",
         "cache_hit_rate", "cache_hits", "cache_misses", "cache_peak_bytes", "cache_budget_bytes",
@@ -96,6 +97,18 @@ def run_epochs(trainer, epochs: int) -> list:
         print(f"    epoch {epoch}: {recs[-1]['time_s']:.2f} s, "
               f"{recs[-1].get('storage_bytes', 0) / 2**20:.0f} MiB moved", flush=True)
     return recs
+
+
+def autograd_epochs(mcfg: ModelConfig, data, epochs: int, **kwargs) -> list:
+    """:func:`run_epochs` of baseline (a), plain autograd over the sub-partitions with its saved
+    tensors spilled to storage (with ``swap_budget``: (a'), autograd in an LRU swap space of that
+    many bytes), closed after."""
+    base = AutogradSpillTrainer(mcfg, whole_graph_view(data, mcfg.model), data.feat_dim, data.num_classes,
+                                **kwargs)
+    try:
+        return run_epochs(base, epochs)
+    finally:
+        base.close()
 
 
 def sequential_read_gbps(directory: str, nbytes: int, chunk: int = 8 << 20) -> dict:
@@ -141,7 +154,55 @@ def engine_read_gbps(io: IOEngine, keys: list, in_flight: int = 2) -> dict:
     return dict(bytes=n, seconds=elapsed, gbps=n / elapsed / 1e9, units=len(keys))
 
 
-def main():
+def layer_budget(budget_layers: float, nodes: int, width: int) -> int:
+    """A host cache budget of ``budget_layers`` x one float32 layer of ``nodes`` x ``width``."""
+    return int(budget_layers * nodes * width * 4)
+
+
+def interleaved_epochs(contenders: dict, epochs: int) -> tuple:
+    """``epochs`` epochs of every trainer in ``contenders`` (name: trainer), interleaved so that
+    the machine's load hits all alike; per name the wall and process CPU seconds of each epoch,
+    and the last epoch's record."""
+    wall = {k: [] for k in contenders}
+    cpu = {k: [] for k in contenders}
+    last_rec = {}
+    for epoch in range(epochs):
+        for name, trainer in contenders.items():
+            c0 = time.process_time()
+            rec = trainer.train_epoch(epoch)
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(rec["time_s"])
+            last_rec[name] = rec
+        print("    epoch %d: " % epoch + ", ".join(
+            f"{k} {wall[k][-1]:.2f} s (cpu {cpu[k][-1]:.2f})" for k in contenders), flush=True)
+    return wall, cpu, last_rec
+
+
+def warm_median(values: list) -> float:
+    """The median of the epochs after the first (the warm ones), or of the one epoch."""
+    return statistics.median(values[1:] if len(values) > 1 else values)
+
+
+def read_bandwidth_runs(trainer, layers: int, repeats: int = 3) -> tuple:
+    """With every activation unit of ``trainer`` (a :class:`TierTrainer` whose budget keeps them
+    on storage) written out by a forward pass: the engine's read path over all of them
+    (:func:`engine_read_gbps`) and a direct sequential read of as many bytes
+    (:func:`sequential_read_gbps`), alternating ``repeats`` times (the disk is shared, its speed
+    drifts), the sequential read first and last. Returns both lists of runs."""
+    trainer.engine.forward(training=False)  # every act[l] unit is on storage now
+    trainer.io.wait()
+    keys = [("act", l, p) for l in range(layers) for p in trainer.plan.unit_parts]
+    nbytes = sum(trainer.engine.layer_bytes(l) for l in range(layers))
+    seq_runs, path_runs = [], []
+    for _ in range(repeats):
+        seq_runs.append(sequential_read_gbps(trainer.io.dir, nbytes))
+        path_runs.append(engine_read_gbps(trainer.io, keys))
+    seq_runs.append(sequential_read_gbps(trainer.io.dir, nbytes))
+    return seq_runs, path_runs
+
+
+def arguments() -> argparse.ArgumentParser:
+    """The benchmark's options (``parse_args([])``: the defaults, the sizes the docstring names)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=200_000)
     parser.add_argument("--avg-degree", type=float, default=10.0)
@@ -169,20 +230,30 @@ def main():
                              "2-core machine, where OpenMP barriers stall on descheduled threads)")
     parser.add_argument("--storage-dir", default=None)
     parser.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
-    args = parser.parse_args()
-    # SIGTERM -> SystemExit, so the trainers' finally/close() remove their run directories
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    torch.set_num_threads(args.threads)
-    os.makedirs(args.out, exist_ok=True)
-    storage = args.storage_dir or os.path.join(ROOT, "build", "storage-bench")
-    os.makedirs(storage, exist_ok=True)
+    return parser
 
+
+def setup(args) -> tuple:
+    """The synthetic graph of ``args`` (:func:`arguments`' namespace) and the model of its timing runs."""
     data = synthetic(num_nodes=args.nodes, avg_degree=args.avg_degree, num_classes=8,
                      feat_dim=args.feat_dim, seed=0)
     cfg = ModelConfig(model=args.model, layers=args.layers, hidden=args.hidden, heads=args.heads,
                       dropout=0.5, seed=0)
+    return data, cfg
+
+
+def main():
+    args = arguments().parse_args()
+    # SIGTERM -> SystemExit, so the trainers' finally/close() remove their run directories
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    torch.set_num_threads(args.threads)
+    os.makedirs(args.out, exist_ok=True)
+    storage = args.storage_dir or STORAGE
+    os.makedirs(storage, exist_ok=True)
+
+    data, cfg = setup(args)
     layer_bytes = args.nodes * max(args.hidden, args.feat_dim) * 4  # the largest layer
-    budget = int(args.budget_layers * layer_bytes)
+    budget = layer_budget(args.budget_layers, args.nodes, max(args.hidden, args.feat_dim))
     tiny = int(args.tiny_budget_mb * 2**20)
     common = dict(num_subparts=args.parts, storage_dir=storage)
     print(f"graph: {args.nodes} nodes, {data.num_edges} edges; {args.model} x{args.layers}, "
@@ -200,7 +271,7 @@ def main():
     def budget_runs(model, mcfg, budget_layers, auto, tag=""):
         """The runs that depend on the cache budget, and every ratio at that budget."""
         width = max(args.feat_dim, args.hidden * (args.heads if model == "gat" else 1))
-        budget = int(budget_layers * args.nodes * width * 4)  # x the model's largest layer
+        budget = layer_budget(budget_layers, args.nodes, width)  # x the model's largest layer
         name = f"{model}{tag}"
         print(f"[{name}] tier (regather + bypass), budget {budget / 2**20:.0f} MiB", flush=True)
         with TierTrainer.from_graph(mcfg, data, host_cache_budget=budget, lazy_writes=False, **common) as t:
@@ -228,12 +299,7 @@ def main():
                 runs[f"{name}/{kind}"] = run_epochs(t, args.epochs)
         print(f"[{name}] baseline (a'): autograd + swap (activations and saved tensors in an "
               f"LRU of the same {budget / 2**20:.0f} MiB over the storage)", flush=True)
-        base = AutogradSpillTrainer(mcfg, whole_graph_view(data, model), data.feat_dim,
-                                    data.num_classes, swap_budget=budget, **common)
-        try:
-            runs[f"{name}/autograd_swap"] = run_epochs(base, args.epochs)
-        finally:
-            base.close()
+        runs[f"{name}/autograd_swap"] = autograd_epochs(mcfg, data, args.epochs, swap_budget=budget, **common)
         alpha = setup["alpha"]
         tier, grads, grads_dst, lazy, snap, snap_lazy, swap = (runs[f"{name}/{k}"][-1] for k in (
             "tier", "tier_grads", "tier_grads_dst", "tier_lazy", "snapshot", "snapshot_lazy",
@@ -283,12 +349,8 @@ def main():
         mcfg = ModelConfig(model=model, layers=args.layers, hidden=args.hidden, heads=args.heads,
                            dropout=0.5, seed=0)
         print(f"[{model}] baseline (a): autograd, saved tensors spilled", flush=True)
-        base = AutogradSpillTrainer(mcfg, whole_graph_view(data, model), data.feat_dim,
-                                    data.num_classes, **common)
-        try:  # does not depend on the cache budget
-            runs[f"{model}/autograd_spill"] = run_epochs(base, args.epochs)
-        finally:
-            base.close()
+        # does not depend on the cache budget
+        runs[f"{model}/autograd_spill"] = autograd_epochs(mcfg, data, args.epochs, **common)
         auto = runs[f"{model}/autograd_spill"][-1]
         bytes_by_model[model] = budget_runs(model, mcfg, args.budget_layers, auto)
         bytes_by_budget[model] = {str(args.budget_layers): bytes_by_model[model]}
@@ -298,15 +360,7 @@ def main():
     print(f"[{args.model}] tier, tiny budget (storage-bound)", flush=True)
     with TierTrainer.from_graph(cfg, data, host_cache_budget=tiny, **common) as t:
         runs["tier_tiny"] = run_epochs(t, args.epochs)
-        t.engine.forward(training=False)  # every act[l] unit is on storage now
-        t.io.wait()
-        keys = [("act", l, p) for l in range(args.layers) for p in t.plan.unit_parts]
-        nbytes = sum(t.engine.layer_bytes(l) for l in range(args.layers))
-        seq_runs, path_runs = [], []
-        for _ in range(3):  # alternate: the disk is shared, its speed drifts
-            seq_runs.append(sequential_read_gbps(t.io.dir, nbytes))
-            path_runs.append(engine_read_gbps(t.io, keys))
-        seq_runs.append(sequential_read_gbps(t.io.dir, nbytes))
+        seq_runs, path_runs = read_bandwidth_runs(t, args.layers)
     out["runs"] = {k: [slim(r) for r in v] for k, v in runs.items()}
     last = {k: v[-1] for k, v in runs.items()}
     last["tier"] = last.get(f"{args.model}/tier") or next(v for k, v in last.items() if k.endswith("/tier"))
@@ -332,29 +386,16 @@ def main():
                                                 **common),
         tier_cached_p1=TierTrainer.from_graph(cfg, data, host_cache_budget=big, lazy_writes=True,
                                               num_subparts=1, storage_dir=storage))
-    wall = {k: [] for k in contenders}
-    cpu = {k: [] for k in contenders}
-    last_rec = {}
     try:
-        for epoch in range(args.time_epochs):
-            for name, trainer in contenders.items():  # interleaved: load hits all alike
-                c0 = time.process_time()
-                rec = trainer.train_epoch(epoch)
-                cpu[name].append(time.process_time() - c0)
-                wall[name].append(rec["time_s"])
-                last_rec[name] = rec
-            print("    epoch %d: " % epoch + ", ".join(
-                f"{k} {wall[k][-1]:.2f} s (cpu {cpu[k][-1]:.2f})" for k in contenders), flush=True)
+        wall, cpu, last_rec = interleaved_epochs(contenders, args.time_epochs)
         out["cached_records"] = {k: slim(v) for k, v in last_rec.items() if k != "in_memory"}
     finally:
         for name, trainer in contenders.items():
             if name != "in_memory":
                 trainer.close()
 
-    def med(v):
-        return statistics.median(v[1:] if len(v) > 1 else v)
-    mw = {k: med(v) for k, v in wall.items()}
-    mc = {k: med(v) for k, v in cpu.items()}
+    mw = {k: warm_median(v) for k, v in wall.items()}
+    mc = {k: warm_median(v) for k, v in cpu.items()}
     out["epoch_time"] = dict(
         wall_s=wall, cpu_s=cpu, median_warm_wall=mw, median_warm_cpu=mc,
         ratio_cached=mw["tier_cached"] / mw["in_memory"],

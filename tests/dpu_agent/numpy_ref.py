@@ -1,7 +1,7 @@
 """Pure-numpy reference predictors: the test oracle of the compiled agent core.
 
 Imported as ``tests.dpu_agent.numpy_ref`` (the repository root is on ``sys.path`` under pytest)
-by ``tests/dpu_agent/test_predictor_core.py`` and by ``benchmarks/test_predictor_throughput.py``.
+by ``tests/dpu_agent/test_predictor_core.py`` and by the agent's benchmark suite (``benchmarks/suites/suite_agent.py``).
 
 Same constructors, methods, validation rules and results as ``dpu_agent.TrendPredictor``,
 ``dpu_agent.HoltPredictor`` and ``dpu_agent.GatedPredictor``, vectorised over rows (no
