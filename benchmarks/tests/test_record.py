@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from benchmarks import bench_e2e, record, results_report as rr
+from benchmarks import bench_e2e, record, report_pages as pages, results_report as rr
 
 GRAPH = ["--dataset", "synthetic", "--nodes", 1000]
 
@@ -62,16 +62,16 @@ def test_an_empty_record_is_refused_with_its_folder_named(tmp_path, capsys):
 
 
 def test_the_published_report_is_what_the_committed_record_regenerates(tmp_path):
-    with open(rr.DOC) as fh:
+    with open(pages.DOC) as fh:
         published = fh.read()
     suite = re.search(r"^Suite `(\w+)`", published, re.M).group(1)
     readme = tmp_path / "README.md"
-    shutil.copy(rr.README, readme)
+    shutil.copy(pages.README, readme)
     code = rr.main(["--no-run", "--doc", str(tmp_path / "RESULTS.md"), "--readme", str(readme)]
                    + (["--full"] if suite == "full" else []))
     assert code == 0
     assert (tmp_path / "RESULTS.md").read_text() == published
-    with open(rr.README) as fh:
+    with open(pages.README) as fh:
         assert readme.read_text() == fh.read()
     drawn = sorted(os.listdir(tmp_path / "figures" / "results"))
-    assert drawn == sorted(os.listdir(os.path.join(os.path.dirname(rr.DOC), "figures", "results")))
+    assert drawn == sorted(os.listdir(os.path.join(os.path.dirname(pages.DOC), "figures", "results")))

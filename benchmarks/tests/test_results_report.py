@@ -2,15 +2,15 @@
 README's headline are written from the suite's JSON alone."""
 import pytest
 
-from benchmarks import bench_e2e, results_report as rr
+from benchmarks import bench_e2e, report_pages as pages, report_suite as suite, results_report as rr
 
 
 def test_every_method_is_a_valid_configuration_and_interval_1_comes_first():
     from dgl_sni.config import TrainConfig
-    assert rr.METHODS[0] == dict(name="interval1", preset="exact")
-    for method in rr.METHODS:
+    assert suite.METHODS[0] == dict(name="interval1", preset="exact")
+    for method in suite.METHODS:
         TrainConfig.from_dict({k: v for k, v in method.items() if k != "name"}).validate()
-        assert method["name"] in rr.WHAT
+        assert method["name"] in suite.WHAT
     pipelined = TrainConfig.from_dict(dict(preset="fast", sync_policy="pipeline")).validate()
     assert pipelined.pipelined and not pipelined.sni_active
 
@@ -57,12 +57,12 @@ def _data():
 
 def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
     readme = tmp_path / "README.md"
-    readme.write_text(f"intro\n{rr.HEADLINE[0]}\nold table\n{rr.HEADLINE[1]}\nrest\n")
+    readme.write_text(f"intro\n{pages.HEADLINE[0]}\nold table\n{pages.HEADLINE[1]}\nrest\n")
     data = _data()
     (tmp_path / "figures").mkdir()
     (tmp_path / "figures" / "comparison-cora-1gbit.png").write_text("another suite's figure")
-    rr.plots(data, str(tmp_path / "figures"))
-    rr.write_report(data, "python benchmarks/results_report.py", str(tmp_path / "RESULTS.md"), str(readme))
+    pages.plots(data, str(tmp_path / "figures"))
+    pages.write_report(data, "python benchmarks/results_report.py", str(tmp_path / "RESULTS.md"), str(readme))
     doc = (tmp_path / "RESULTS.md").read_text()
     assert "at commit abc1234" in doc and "| fast | - | 123 | 3.25 |" in doc  # 0.4 / 0.123 per epoch
     assert "Machine: 2 cores, 23.5 GiB, Linux 6, Python 3.11.7" in doc and "{" not in doc
@@ -83,11 +83,11 @@ def test_the_report_and_the_headline_come_from_the_json(tmp_path, monkeypatch):
 
 
 def test_a_narrowed_suite_keeps_the_suites_order_and_refuses_what_it_lacks():
-    suite = rr.narrowed("full", graphs=["syn500k", "syn200k"], links=["1gbit"], seeds=[0])
-    assert suite["graphs"] == ["syn200k", "syn500k"] and suite["links"] == ["1gbit"] and suite["seeds"] == [0]
-    assert suite["scaling_graph"] == rr.SUITES["full"]["scaling_graph"]
+    part = suite.narrowed("full", graphs=["syn500k", "syn200k"], links=["1gbit"], seeds=[0])
+    assert part["graphs"] == ["syn200k", "syn500k"] and part["links"] == ["1gbit"] and part["seeds"] == [0]
+    assert part["scaling_graph"] == suite.SUITES["full"]["scaling_graph"]
     with pytest.raises(ValueError, match="links 10gbit not in the full suite"):
-        rr.narrowed("full", links=["10gbit"])
+        suite.narrowed("full", links=["10gbit"])
     with pytest.raises(SystemExit) as exc:
         rr.main(["--full", "--graphs", "reddit"])
     assert exc.value.code == 2
@@ -102,11 +102,11 @@ def test_the_parts_not_measured_are_named(tmp_path):
                                     "syn200k": {"1gbit": data["comparison"]["graphs"]["syn20k"]["1gbit"]}}
     data["comparison"]["skipped"] = ["cora", "citeseer"]
     data["scaling"] = data["tier"] = None
-    lacking = rr.missing_parts(data)
+    lacking = suite.missing_parts(data)
     assert "syn200k/unshaped seeds 0, 1, 2" in lacking and "syn500k/1gbit seeds 1, 2" in lacking
     assert "syn200k/1gbit seeds 0, 1, 2" in lacking  # a part that does not say its seeds holds none
     (tmp_path / "README.md").write_text("no headline block\n")
-    rr.write_report(data, "python benchmarks/results_report.py --full", str(tmp_path / "RESULTS.md"),
+    pages.write_report(data, "python benchmarks/results_report.py --full", str(tmp_path / "RESULTS.md"),
                     str(tmp_path / "README.md"))
     doc = (tmp_path / "RESULTS.md").read_text()
     assert "Seeds 0; runs trained 2026-12-01 10:00 to 2026-12-01 11:00." in doc
@@ -119,7 +119,7 @@ def test_dgl_examples_accuracy_stands_beside_full_graph_training(tmp_path):
     data = _data()
     data["dgl_example"] = dict(ran=True, graph="syn20k", epochs=50, epoch_s=0.07, test_accs=[0.8, 0.82],
                                eval_epochs=[25, 50], best_test=0.82, time_to_best_s=3.5)
-    rr.write_report(data, "python benchmarks/results_report.py", str(tmp_path / "RESULTS.md"),
+    pages.write_report(data, "python benchmarks/results_report.py", str(tmp_path / "RESULTS.md"),
                     str(tmp_path / "README.md"))
     doc = (tmp_path / "RESULTS.md").read_text()
     assert "test accuracy after epochs 25: 0.8000, 50: 0.8200; its best, 0.8200, after 3.5 s" in doc
