@@ -7,7 +7,8 @@ from dgl_sni.config import SNIConfig
 from dgl_sni.config.sni import cache_budget
 from dgl_sni.halo.resolver import Origin
 from dgl_sni.metrics import Counters
-from dgl_sni.sni.kvstore import _as_ids, _ExchangeUse, may_serve_stale
+from dgl_sni.sni.kvstore import _as_ids
+from dgl_sni.sni.served import ExchangeUse, may_serve_stale
 from dgl_sni.sni.static_cache import StaticRowCache
 
 
@@ -20,7 +21,7 @@ def _steps(use, n, own=True):
 
 
 def test_the_exchange_pattern_is_served_from_its_third_step():
-    use = _ExchangeUse()
+    use = ExchangeUse()
     assert _steps(use, 5) == [False, False, True, True, True] and not use.broken
 
 
@@ -30,7 +31,7 @@ def test_the_exchange_pattern_is_served_from_its_third_step():
     (lambda u: (u.on_push(True), u.on_pull(), u.on_pull()), "two pulls in one step"),
 ])
 def test_any_other_use_is_exact_for_the_rest_of_the_run(breaker, reason):
-    use = _ExchangeUse()
+    use = ExchangeUse()
     _steps(use, 3)
     breaker(use)
     assert use.reason == reason
@@ -39,7 +40,7 @@ def test_any_other_use_is_exact_for_the_rest_of_the_run(breaker, reason):
 
 def test_a_pull_before_any_write_is_not_the_pattern():
     """An evaluation buffer read before it is (re)written, or a tensor only read."""
-    use = _ExchangeUse()
+    use = ExchangeUse()
     assert use.on_pull() is False and use.reason == "a pull with no push before it"
 
 
@@ -205,10 +206,10 @@ class _Client:
 
 
 def test_writes_that_may_leave_copies_stale_elsewhere_are_posted():
-    from dgl_sni.sni.kvstore import _Tensor
+    from dgl_sni.sni.served import ServedTensor
     client = _Client(sync_interval=3, static=["feat"])
-    static = _Tensor(client, "feat", "feat", "static")
-    exchange = _Tensor(client, "h", "h", "exchange")
+    static = ServedTensor(client, "feat", "feat", "static")
+    exchange = ServedTensor(client, "h", "h", "exchange")
     static.on_push(torch.tensor([1, 2]))  # own rows of static data: others may cache them
     exchange.on_push(torch.tensor([3, 4]))  # own rows of the exchange: the pattern, not posted
     exchange.on_push(torch.tensor([5, 15, 27]))  # rows of machines 1 and 2: posted
@@ -217,24 +218,24 @@ def test_writes_that_may_leave_copies_stale_elsewhere_are_posted():
 
 
 def test_notices_of_other_machines_writes_drop_what_is_held_here():
-    from dgl_sni.sni.kvstore import _Tensor
+    from dgl_sni.sni.served import ServedTensor
     client = _Client(sync_interval=3, static=["named_feat"])
-    named_static = _Tensor(client, "named_feat", "named_feat", "static")
+    named_static = ServedTensor(client, "named_feat", "named_feat", "static")
     src = _Rows()
     named_static.static_cache.lookup(np.array([11, 12, 13]), src.pull, Counters())
     named_static.on_notice(np.array([12]))
     again = named_static.static_cache.lookup(np.array([11, 12, 13]), src.pull, Counters())
     assert again.origin.tolist() == [Origin.STATIC, Origin.PULLED, Origin.STATIC]
-    detected = _Tensor(client, "feat", "feat", "static")
+    detected = ServedTensor(client, "feat", "feat", "static")
     detected.on_notice(np.array([12]))
     assert detected.role == "plain" and detected.counters.extra["exact_because"] == "written by another machine"
-    exchange = _Tensor(client, "h", "h", "exchange")
+    exchange = ServedTensor(client, "h", "h", "exchange")
     exchange.on_notice(np.array([3, 7]))  # rows of this machine (read from its shared memory): nothing held
     assert exchange.role == "exchange"
     exchange.on_notice(np.array([3, 25]))
     assert exchange.role == "plain"
     assert exchange.counters.extra["exact_because"] == "another machine wrote rows of other machines"
-    named = _Tensor(_Client(sync_interval=3, tensors=["e"]), "e", "e", "named")
+    named = ServedTensor(_Client(sync_interval=3, tensors=["e"]), "e", "e", "named")
     named.on_notice(np.array([25, 21]))
     named.on_notice(None)  # any row: every row pulled until the next sync
     assert named.role == "named" and named._dirty.tolist() == list(range(30))
