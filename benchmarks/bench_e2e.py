@@ -281,13 +281,15 @@ def run_order(n: int, group: int) -> list:
     return [(group + i) % n for i in range(n)]
 
 
-def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None, sweep=None) -> dict:
+def run(preset: str, graphs, links, epochs, configs, workers, seeds=None, model_file=None, sweep=None,
+        need_data: bool = True) -> dict:
     """Train (``sweep``: :func:`benchmarks._sweep.run_sweep`, or a record's source, which reads
-    kept runs back) every configuration on each graph and link, and judge them per seed."""
+    kept runs back) every configuration on each graph and link, and judge them per seed. A real
+    graph whose file is absent is skipped unless ``need_data`` is off (a replay reads no data)."""
     report = dict(preset=preset, workers=workers, epochs=epochs, skip=SKIP, seeds=seeds, graphs={},
                   model_file=model_file)
     for graph in graphs:
-        if graph in REAL and not os.path.exists(GRAPHS[graph][1]):
+        if need_data and graph in REAL and not os.path.exists(GRAPHS[graph][1]):
             print(f"{graph}: {GRAPHS[graph][1]} not present, skipped", flush=True)
             continue
         for link in links:

@@ -103,7 +103,8 @@ def _kept_seeds(source, graph, link, suite) -> list:
     for seed in suite["seeds"]:
         try:
             with _quiet():
-                bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, [seed], sweep=source.sweep)
+                bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, [seed], sweep=source.sweep,
+                              need_data=False)
             kept.append(seed)
         except MissingRun:
             pass
@@ -118,7 +119,8 @@ def _quiet():
 def comparison(suite: dict, source) -> dict:
     """Every method on each graph and link, judged per seed; on a replay, the parts and seeds
     the record holds (the others are reported as not measured)."""
-    graphs = [g for g in suite["graphs"] if _present(g)]
+    # a replay reads what the record holds: the datasets need not be on this machine
+    graphs = [g for g in suite["graphs"] if isinstance(source, Replay) or _present(g)]
     report = dict(graphs={})
     for graph in graphs:
         for link in suite["links"]:
@@ -126,14 +128,12 @@ def comparison(suite: dict, source) -> dict:
             if not seeds:
                 continue
             with _quiet() if isinstance(source, Replay) else contextlib.nullcontext():
-                part = bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, seeds,
-                                     sweep=source.sweep)
-            report["graphs"].setdefault(graph, {})[link] = part["graphs"][graph][link]
-    for links in report["graphs"].values():
-        for part in links.values():
+                judged = bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, seeds,
+                                       sweep=source.sweep, need_data=isinstance(source, Recorder))
+            part = judged["graphs"][graph][link]
             saved = sorted(r["saved"] for seed in part["by_seed"].values() for r in seed["runs"] if r.get("saved"))
-            part["measured"] = dict(seeds=suite["seeds"], first=saved[0] if saved else None,
-                                    last=saved[-1] if saved else None)
+            part["measured"] = dict(seeds=seeds, first=saved[0] if saved else None, last=saved[-1] if saved else None)
+            report["graphs"].setdefault(graph, {})[link] = part
     floors = {}
     for graph in graphs:  # one process, DGL's own layers
         out_dir = os.path.join(RESULTS, "report_runs", f"{graph}-single")
