@@ -118,6 +118,11 @@ def plots(data: dict, figures: str = FIGURES) -> list:
     return written
 
 
+def _section(title: str, part, intro) -> list:
+    """A section's heading, then ``intro()`` (its text and table head), or "Not measured yet."."""
+    return [f"## {title}", ""] + (intro() if part else ["Not measured yet.", ""])
+
+
 def write_report(data: dict, command: str, doc: str = DOC, readme: str = README) -> None:
     m, comp = data["machine"], data["comparison"]
     lines = [
@@ -209,15 +214,12 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
         lines += [f"Not run: {ex.get('why', 'not part of this suite')}.", ""]
 
     sc = data["scaling"]
-    lines += ["## Scaling", ""]
-    if not sc:
-        lines += ["Not measured yet.", ""]
-    lines += [] if not sc else [
+    lines += _section("Scaling", sc, lambda: [
               f"{sc['graph']} at 1 Gbit/s, exact and `fast`, 2, 4 and 8 emulated machines on this host's "
               f"{sc['cores']} cores: beyond {sc['cores']} machines each shares a core, so compute does not shrink "
               "with more machines here as it would on a cluster.", "",
               "| machines | preset | mean epoch ms | sync step ms | compute ms | exchange ms | waits ms | stale step ms | halo rows per owned row |",
-              "|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|"])
     for r in (sc or {}).get("rows", []):
         s, st = r["breakdown"].get("sync", {}), r["breakdown"].get("stale", {})
         lines.append(f"| {r['workers']} | {r['preset']} | {r['epoch_s'] * 1000:.0f} | {_f(s.get('time_s') and s['time_s'] * 1000, '.0f')} | "
@@ -228,17 +230,14 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
         lines += ["", "![scaling](figures/results/scaling.png)", ""]
 
     tier = data["tier"]
-    lines += ["## Prediction and the storage tier together", ""]
-    if not tier:
-        lines += ["Not measured yet.", ""]
-    lines += [] if not tier else [
+    lines += _section("Prediction and the storage tier together", tier, lambda: [
               f"{tier['graph']}, {tier['workers']} workers at 1 Gbit/s, {data['settings']['epochs']} epochs. On the "
               "storage tier `--preset fast` takes its unaveraged configuration (the tier's layers read rows unit by "
               "unit: sync every 2nd epoch, the smoothed cache, float32 rows); the tier runs 4 sub-partitions "
               "through a 1 MiB host cache, far below the activations. Beside it: the same settings in memory, "
               "and `fast` in memory.", "",
               "| run | mean epoch ms | best val | final test | mean bytes per epoch | sync interval | peak RSS MiB |",
-              "|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|"])
     for name, r in (tier or {}).get("runs", {}).items():
         lines.append(f"| {name} | {r['epoch_s'] * 1000:.0f} | {_f(r['best_val'], '.4f')} | {_f(r['final_test'], '.4f')} | "
                      f"{_f(r['bytes_per_epoch'], ',.0f')} | {r['sync_interval']} | {r['peak_rss_mb']:.0f} |")
