@@ -29,7 +29,7 @@ def _spec(graph: str) -> str:
         return "npy:" + bp.synthetic_graph(bp.CACHE, nodes, 20.0, 0)
     path = os.path.join(default_data_dir(), f"{graph}.npz")
     if not os.path.exists(path):
-        pytest.skip(f"{graph}: {path} not found")
+        pytest.skip(f"{graph}: {path} not found (set DGL_SNI_DATA_DIR to the folder holding {graph}.npz)")
     return "npz:" + path
 
 
