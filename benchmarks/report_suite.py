@@ -124,12 +124,18 @@ def comparison(suite: dict, source) -> dict:
     report = dict(graphs={})
     for graph in graphs:
         for link in suite["links"]:
-            seeds = _kept_seeds(source, graph, link, suite) if isinstance(source, Replay) else suite["seeds"]
-            if not seeds:
-                continue
-            with _quiet() if isinstance(source, Replay) else contextlib.nullcontext():
-                judged = bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, seeds,
-                                       sweep=source.sweep, need_data=isinstance(source, Recorder))
+            seeds = suite["seeds"]
+            try:
+                with _quiet() if isinstance(source, Replay) else contextlib.nullcontext():
+                    judged = bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, seeds,
+                                           sweep=source.sweep, need_data=isinstance(source, Recorder))
+            except MissingRun:  # a replay of a record that holds some seeds of this part, or none
+                seeds = _kept_seeds(source, graph, link, suite)
+                if not seeds:
+                    continue
+                with _quiet():
+                    judged = bench_e2e.run("report", [graph], [link], suite["epochs"], METHODS, WORKERS, seeds,
+                                           sweep=source.sweep, need_data=False)
             part = judged["graphs"][graph][link]
             saved = sorted(r["saved"] for seed in part["by_seed"].values() for r in seed["runs"] if r.get("saved"))
             part["measured"] = dict(seeds=seeds, first=saved[0] if saved else None, last=saved[-1] if saved else None)

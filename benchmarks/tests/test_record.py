@@ -75,3 +75,27 @@ def test_the_published_report_is_what_the_committed_record_regenerates(tmp_path)
         assert readme.read_text() == fh.read()
     drawn = sorted(os.listdir(tmp_path / "figures" / "results"))
     assert drawn == sorted(os.listdir(os.path.join(os.path.dirname(pages.DOC), "figures", "results")))
+
+
+def test_a_replay_reports_the_seeds_its_record_holds(tmp_path, monkeypatch):
+    """Seed 0 of a part recorded, seed 1 not: the replayed part holds seed 0 and says so; a part
+    with no recorded seed is left out (the report names it as not measured)."""
+    from benchmarks import report_suite as suite
+
+    def fake_sweep(dataset_args, workers, runs, out_dir, base_args=()):
+        out = []
+        for r in runs:
+            m = _metrics(r.get("seed", 0), n_epochs=8)
+            m["config"] = dict(m["config"], sync_interval=1, workers=workers)
+            out.append(m)
+        return out
+
+    monkeypatch.setattr(record, "run_sweep", fake_sweep)
+    monkeypatch.setattr(suite, "_present", lambda graph: True)
+    part = dict(graphs=["syn20k"], links=["1gbit"], epochs=8, seeds=[0])
+    suite.comparison(part, record.Recorder("quick", str(tmp_path)))
+    replayed = suite.comparison(dict(part, graphs=["syn20k", "cora"], seeds=[0, 1]),
+                                record.Replay("quick", str(tmp_path)))
+    assert list(replayed["graphs"]) == ["syn20k"]
+    assert replayed["graphs"]["syn20k"]["1gbit"]["measured"]["seeds"] == [0]
+    assert sorted(replayed["single_process"]) == ["syn20k"]
