@@ -177,7 +177,8 @@ class WorkerSession:
         planner = HaloPlanner(sni, counters, halo_gids.numpy(), tensors.dims, agent=agent, edge_counts=edge_counts,
                               bits=tensors.quantize, tier_backed=tensors.tier_root is not None,
                               pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo,
-                              sample=cfg.sni.halo_sample, takes=takes)
+                              sample=cfg.sni.halo_sample, takes=takes,
+                              pipeline_smoothing=cfg.sni.smooth if pipelined else 0.0)
         wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
                         published=self.rows_peers_read(cfg.model.arch),
                         barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive")

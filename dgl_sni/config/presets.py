@@ -94,7 +94,8 @@ RULES = (
     Rule("pipelined", "row_average", 0.0, "a pipelined step publishes the rows it computes", refuse=True),
     Rule("pipelined", "grad_average", 0.0, "a pipelined step pushes the gradients it computes", refuse=True),
     Rule("pipelined", "quantize", 0, "pipelined rows move as float32 while the step computes"),
-    Rule("pipelined", "smooth", 0.0, "it has no agent, whose rows are smoothed", refuse=True),
+    Rule("pipelined", "smooth", 0.0, "a pipelined step takes the previous step's rows and gradients as they are; "
+         "a given smooth G averages both over steps (PipeGCN's smoothing)"),
     # the stock-script switch
     Rule("switch", "sync_interval", 2, "without averaging, stale epochs every 2nd epoch trained like exact ones",
          evidence="design-choices: the unaveraged fallback"),

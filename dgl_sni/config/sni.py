@@ -116,7 +116,9 @@ class SNIConfig:
     smooth: float = option(0.75, "the agent keeps each halo row as an exponential average over sync "
                                  "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
                                  "epochs then serve rows that do not carry the one dropout draw the "
-                                 "sync's update fitted); 0: the synced rows",
+                                 "sync's update fitted); 0: the synced rows. With --sync-policy pipeline, "
+                                 "each step's one-step-old halo rows and received gradients are averaged "
+                                 "so over steps (PipeGCN's smoothing)",
                            sweep=True)
     stale_halo: str = option("summed", "how a stale epoch's layers take the served halo rows: rows (as "
                                        "fresh ones, input dropout included) or summed (each layer adds "

@@ -32,7 +32,7 @@ from storage_tier.protocols import Owned
 
 from ..dropout import KeyedMask
 from .autograd import ExchangeFunction, HaloGate, HaloSumFunction
-from .averages import mix
+from .averages import mix, smooth_into
 from .plan import Grad, HaloPlanner, Source, StepPlan
 from .resolver import Origin, Resolved
 from .rows import Form
@@ -62,6 +62,7 @@ class KVHaloExchange:
         self._grad_pending = False  # pushes of the last pipelined step not yet flushed
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined runs)
         self._last_grad = {}  # layer -> the gradient received at the last exact step (pipelined runs)
+        self._pipe_rows, self._pipe_grads = {}, {}  # layer -> pipelined rows / gradients averaged over steps
         self._sync_grad = {}  # layer -> the syncs' received gradients, smoothed (Grad.LAST)
         self._row_avg, self._grad_avg = {}, {}  # layer -> owned rows / halo gradients averaged over steps
         self._ran = {}  # (mode, layer) -> {form: training steps that took the layer's rows so}
@@ -178,7 +179,7 @@ class KVHaloExchange:
             if wire.num_halo:
                 self._in_flight[layer] = wire.send_pull(layer)
                 wire.counters.add("pulled_rows", wire.num_halo)
-            rows = self._last_rows[layer]
+            rows = _pipelined(self._pipe_rows, layer, np.asarray(self._last_rows[layer]), self.plan.smoothing)
             return Resolved(rows, np.full(rows.shape[0], int(Origin.PIPELINED), dtype=np.uint8))
         if lp.source is Source.KEPT_SUM:
             raise RuntimeError(f"layer {layer}'s halo rows were not fetched: the plan gave it their kept sum")
@@ -286,8 +287,10 @@ class KVHaloExchange:
             self.wire.end_round(layer, wait=False)  # the barriers order these reads
             self._grad_pending = True
             if layer in self._last_grad:  # the previous step was exact: its received gradient
-                return self._last_grad.pop(layer)
-            return self.wire.received(layer, step=self.plan.step - 1)
+                received = self._last_grad.pop(layer)
+            else:
+                received = self.wire.received(layer, step=self.plan.step - 1)
+            return _pipelined(self._pipe_grads, layer, received, self.plan.smoothing)
         self.send_grad(layer, grad_halo)
         return self.received_grad(layer)
 
@@ -330,6 +333,22 @@ class KVHaloExchange:
             g, prev = self.plan.grad_smoothing, self._sync_grad.get(layer)
             self._sync_grad[layer] = received if not g or prev is None else mix(prev, g, received)
         return received
+
+
+def _pipelined(kept: dict, layer: int, new, g: float):
+    """A pipelined step's one-step-old rows (numpy) or gradient (torch) as it uses them: ``new``,
+    or with smoothing ``g`` their average over the pipelined steps, ``g * kept + (1 - g) * new``
+    (PipeGCN's smoothing; the first pipelined step takes ``new``), kept for the next step."""
+    if not g:
+        return new
+    prev = kept.get(layer)
+    if isinstance(new, np.ndarray):
+        new = np.ascontiguousarray(new, dtype=np.float32)
+        out = new.copy() if prev is None else smooth_into(prev, new, g, np.empty_like(new))
+    else:
+        out = new.detach().clone() if prev is None else mix(prev, g, new)
+    kept[layer] = out
+    return out
 
 
 def _tensor(resolved: Resolved) -> torch.Tensor:

@@ -177,6 +177,8 @@ class HaloPlanner:
     partition (they rank rows for prediction). ``bits``: the wire's bits on training steps;
     ``tier_backed``: the owners serve the rows from their tier files (the layers then take
     whole rows); ``pipeline_from``: the first pipelined step (``--sync-policy pipeline``);
+    ``pipeline_smoothing``: ``g`` with which pipelined steps average the one-step-old rows and
+    gradients over steps (``--smooth`` of a pipelined run; 0: as they are);
     ``sum_stale``: stale training steps take summed halo rows where a layer can take them so;
     ``sync_sums``: how the other training steps take theirs (``rows``, ``inputs`` or
     ``summed``); ``sample``: the share of halo rows an exact training step pulls (boundary node
@@ -189,12 +191,14 @@ class HaloPlanner:
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, halo_ids: np.ndarray, dims: list, *,
                  agent=None, edge_counts: np.ndarray | None = None, bits: int = 0, tier_backed: bool = False,
                  pipeline_from: int | None = None, sum_stale: bool = False, sync_sums: str = "rows",
-                 sample: float = 0.0, takes: list | None = None):
+                 sample: float = 0.0, takes: list | None = None, pipeline_smoothing: float = 0.0):
         takes = [SPLITS] * (len(dims) + 1) if takes is None else list(takes)
         if len(takes) != len(dims) + 1 or not all(isinstance(t, Takes) for t in takes):
             raise ValueError(f"the model declares what {len(takes)} layers take; {len(dims)} exchanged layers "
                              "and the input layer need one Takes each")
         self.takes = takes
+        if pipeline_smoothing and pipeline_from is None:
+            raise ValueError("pipeline smoothing averages pipelined steps' rows: it needs --sync-policy pipeline")
         if pipeline_from is not None and cfg is not None:
             raise ValueError("pipelined steps replace stale steps: use --sync-policy pipeline without a "
                              "sync interval above 1")
@@ -212,6 +216,7 @@ class HaloPlanner:
             raise ValueError("boundary node sampling samples the rows of exact float32 steps in memory")
         self.sample = sample  # the share of halo rows a training step pulls (0: every row)
         self.smoothing = cfg.smooth if cfg is not None else 0.0
+        self.pipeline_smoothing = pipeline_smoothing  # what pipelined steps average old rows and gradients with
         self.schedule = make_schedule(cfg)
         transfer = cfg is not None and cfg.predictor == "gated" and cfg.transfer and cfg.sync_policy != "adaptive"
         ids = np.asarray(halo_ids, dtype=np.int64)
@@ -247,7 +252,7 @@ class HaloPlanner:
             warm = self.cfg is None or step >= self.cfg.warmup  # a warm-up step sends its own rows
             layers[layer] = self._layer(layer, mode, training, kept, warm=warm)
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
-                        smoothing=self.smoothing,
+                        smoothing=self.pipeline_smoothing if mode == "pipelined" else self.smoothing,
                         input_sum=sums and self.takes[0].sum and (stale or self.sync_sums != "rows"),
                         layers=layers, grad_smoothing=0.0 if self.cfg is not None and self.cfg.grad_average
                         else self.smoothing)

@@ -234,8 +234,10 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     # a setting given wins over the preset, at any value
     assert parse("--preset", "fast", "--quantize", "0").quantize == 0
     assert parse("--sync-interval", "2").quantize == 0  # exact's float32 rows, at interval 2
-    with pytest.raises(ValueError, match="smooth=0.5 cannot apply with pipelined: it has no agent"):
-        parse("--sync-policy", "pipeline", "--smooth", "0.5")
+    # a pipelined run given --smooth averages its one-step-old rows and gradients (PipeGCN's smoothing)
+    assert parse("--sync-policy", "pipeline", "--smooth", "0.5").smooth == 0.5
+    with pytest.raises(ValueError, match="refused|cannot apply"):
+        parse("--sync-policy", "pipeline", "--row-average", "0.5")
     with pytest.raises(ValueError, match="--quantize must be one of 0, 4, 8 bits, got 6"):
         SNIConfig(quantize=6).validate()
     with pytest.raises(ValueError, match="unknown preset 'fastest'"):

@@ -5,6 +5,7 @@ for every source, form and gradient policy the wire is asked exactly what the pl
 (a reference written from the plan alone predicts every call), and the rows and gradients
 it hands the model are the ones the plan names. Then a model over a real block, its halo
 rows taken apart through the exchange, equals the model over the whole block."""
+import dataclasses
 import itertools
 
 import numpy as np
@@ -338,3 +339,39 @@ def test_a_layer_taking_whole_rows_averages_them_too():
         out = ex(1, torch.full((OWNED, D), value, requires_grad=True))
         (out * (step + 1)).sum().backward()  # the halo rows' gradient: step + 1
     assert published == [1.0, 4.5] and pushed == [1.0, 2.25]
+
+
+class StepWire(FakeWire):
+    """Received gradients carry the step they were pushed at (100: a sync's, received at once)."""
+
+    def received(self, layer, step=None):
+        self.calls.append(("received", layer, step))
+        return torch.full((self.num_owned, D), 100.0 if step is None else float(step))
+
+
+@pytest.mark.parametrize("g", [0.0, 0.5])
+def test_pipelined_steps_average_their_one_step_old_rows_and_gradients_over_steps(g):
+    """With smoothing ``g`` (PipeGCN's), pipelined step ``s`` takes ``g * (what step s-1 took)
+    + (1 - g) * (the rows and gradient one step old)``; the first pipelined step takes the
+    exact step's as they are. Rows completed after step ``s`` are ``s + 1`` (layer 1)."""
+    plans = [_plan(0, Source.PULLED, keep_previous=True)] + \
+        [dataclasses.replace(_plan(s, Source.PREVIOUS, grad=Grad.DEFERRED, mode="pipelined"), smoothing=g)
+         for s in (1, 2, 3)]
+    wire, planner = StepWire(), FixedPlanner(*plans)
+    ex = KVHaloExchange(wire, planner)
+    rows, grads = [], []
+    for step in range(4):
+        ex.begin_step(step, True)
+        owned = torch.zeros(OWNED, D, requires_grad=True)
+        out = ex(1, owned)
+        out.sum().backward()
+        rows.append(float(out[OWNED:].detach().mean()))
+        grads.append(float((owned.grad - 1.0).mean()))
+    ex.complete_step()
+    new_rows, new_grads = [1.0, 2.0, 3.0], [100.0, 1.0, 2.0]  # what steps 1-3 got one step old
+    want_rows, want_grads = [], []
+    for k in range(3):
+        want_rows.append(new_rows[k] if k == 0 else g * want_rows[-1] + (1 - g) * new_rows[k])
+        want_grads.append(new_grads[k] if k == 0 else g * want_grads[-1] + (1 - g) * new_grads[k])
+    assert rows[1:] == pytest.approx(want_rows, abs=1e-6)
+    assert grads[1:] == pytest.approx(want_grads, abs=1e-5)
