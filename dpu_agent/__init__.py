@@ -1,2 +1,2 @@
 """The agent beside each trainer: predictor core (C++), its bindings, and the agent process."""
-from dpu_agent.predictors import GatedPredictor, HoltPredictor, TrendPredictor  # noqa: E402,F401
+from dpu_agent.predictors import PredictorCore  # noqa: E402,F401

@@ -2,28 +2,35 @@
 how much of its prediction hides behind the trainers' compute.
 
 **Predictor throughput** (``test_step_throughput``, ``test_predict_window_throughput``): the
-compiled core (``dpu_agent.TrendPredictor``) tracking ``nodes`` nodes, all initialised with two
-observations (t=0, 1); each call names ``BATCH`` (64k, fewer on small worlds) distinct random
-ids -- the next slice of a random permutation, cycling through the slices, so consecutive calls
-touch different nodes and the state is not cache-resident -- and ``step`` advances t by 1.
-``step`` is the self-feeding update without observations (the agent's hot path between syncs);
-``predict_window`` reads the full ring (window 4). Quick: 250k nodes, dims 16 and 64; long: 1M
-nodes, dims 16, 64 and 128. Timed: one call of the compiled core. Contenders, timed in the same
-rounds (interleaved, best of 5, so that noise from other jobs hits all of them alike):
+compiled predictor core that a history table runs (``dpu_agent.PredictorCore``, ``make_core`` of
+``csrc/tables.hpp``) tracking ``nodes`` nodes; each call names ``BATCH`` (64k, fewer on small
+worlds) distinct random ids -- the next slice of a random permutation, cycling through the
+slices, so consecutive calls touch different nodes and the state is not cache-resident.
+``step``: ``PredictorCore('linear-trend').serve``, the self-feeding update without observations
+(the agent's hot path between syncs), every node initialised with two observations (t=0, 1),
+each call advancing t by 1. ``predict_window``: ``PredictorCore('window-trend').serve``, the
+read-only windowed trend over the full ring (window 4: every node observed at t=0..3). Quick:
+250k nodes, dims 16 and 64; long: 1M nodes, dims 16, 64 and 128. Timed: one call of the
+compiled core. Contenders, timed in the same rounds (interleaved, best of 5, so that noise from
+other jobs hits all of them alike):
 
-* compiled: ``dpu_agent.TrendPredictor`` (one thread, GIL released);
-* numpy: ``NumpyTrendPredictor`` (the test oracle, ``tests/dpu_agent/numpy_ref.py``), vectorised over rows;
-* gather: a plain numpy row gather ``a[idx]`` with the same ``idx``, where ``a`` is a read-only
-  float32 view ``[nodes, record_floats]`` of the compiled state's own records
-  (``TrendPredictor._records``: same total size, same huge-page backed allocation, same rows) --
-  the memory-bound reference.
+* compiled: ``dpu_agent.PredictorCore`` (one thread, GIL released); its state lives in the
+  C++ core's own 64-byte aligned allocation, as in the agent;
+* numpy: ``NumpyCore`` of the same kind (the test oracle, ``tests/dpu_agent/numpy_ref.py``),
+  vectorised over rows;
+* gather: a plain numpy row gather ``a[idx]`` with the same ``idx``, where ``a`` is a float32
+  ``[nodes, record_floats]`` numpy array, filled, with the compiled core's record size
+  (``PredictorCore.record_floats``; the core does not expose its records) -- the memory-bound
+  reference. numpy asks the kernel for transparent huge pages for such an array; the core's
+  allocation does not, so where huge pages are on request only the gather has the easier
+  TLB.
 
 Byte accounting (logical bytes a row must move; ``dim`` floats of 4 B, times f64): ``step``
 reads x_last and N (``8*dim``), D (4), t_last (8), ring head/fill (4) and writes x_new into the
 ring and N (``8*dim``), D (4), t_last (8), the ring time (8), head/fill (4):
-``state_bytes_per_row = 16*dim + 40``; ``predict_window`` (full ring of W) reads the W ring rows
-(``4*dim*W``), their times (``8*W``) and head/fill (4): ``W*(4*dim + 8) + 4``. I/O per row, for
-both: the id read (8) and the output row written (``4*dim``). The gather reads a record row of
+``16*dim + 40``; ``predict_window`` (full ring of W) reads the W ring rows (``4*dim*W``), their
+times (``8*W``) and head/fill (4): ``W*(4*dim + 8) + 4``. I/O per row, for both: the id read
+(8), the output row (``4*dim``) and its weight (4) written. The gather reads a record row of
 ``R = 4*record_floats`` bytes and writes it, plus the id: ``2*R + 8``. ``moved_GBps = rows/s *
 (state + I/O bytes)``; ``frac_of_gather = moved_GBps / gather GB/s``; ``frac_state_only`` uses the
 state bytes alone. The gather's rows are whole records (wider than the vectors a step touches),
@@ -48,9 +55,9 @@ import pytest
 
 from benchmarks import bench_agent
 from benchmarks.suites._support import EMULATED, fmt, sizes
-from dpu_agent import TrendPredictor
+from dpu_agent import PredictorCore
 # the numpy reference is the tests' oracle and lives beside them (not an installed module)
-from tests.dpu_agent.numpy_ref import NumpyTrendPredictor
+from tests.dpu_agent.numpy_ref import NumpyCore
 
 WINDOW = 4
 INIT_CHUNK = 1 << 12  # small chunks keep numpy temporaries on the heap (no mmap churn)
@@ -59,10 +66,17 @@ WORLDS = [pytest.param((250_000, dim), id=f"250k-dim{dim}") for dim in (16, 64)]
          [pytest.param((1_000_000, dim), id=f"1M-dim{dim}", marks=pytest.mark.long) for dim in (16, 64, 128)]
 
 
-class World:
-    """One size's compiled predictor, numpy reference and gather array, initialised."""
+OPS = {  # op: (predictor kind, observations before timing, state bytes per row)
+    "step": ("linear-trend", 2, lambda dim: 16 * dim + 40),
+    "predict_window": ("window-trend", WINDOW, lambda dim: WINDOW * (4 * dim + 8) + 4),
+}
 
-    def __init__(self, nodes, dim):
+
+class World:
+    """One size's compiled core of ``kind``, its numpy reference and the gather array, initialised
+    with ``observations`` observations of every node (t = 0, 1, ...)."""
+
+    def __init__(self, kind, observations, nodes, dim):
         rng = np.random.default_rng(dim)
         self.nodes, self.dim = nodes, dim
         probe = min(256, nodes // 4)  # nodes never timed, to check compiled == numpy at the end
@@ -73,24 +87,25 @@ class World:
         self.slices = [perm[k * self.batch:(k + 1) * self.batch] for k in range(nslices)]
         self.calls = 0
         base = rng.standard_normal((INIT_CHUNK, dim), dtype=np.float32)
+        times = [float(t) for t in range(observations)]
         t0 = time.perf_counter()
-        self.compiled = TrendPredictor(nodes, dim, window=WINDOW)
-        self._init(self.compiled, base)
+        self.compiled = PredictorCore(kind, nodes, dim, window=WINDOW)
+        self._init(self.compiled, base, times)
         self.init_compiled_s = time.perf_counter() - t0
         t0 = time.perf_counter()
-        self.numpy = NumpyTrendPredictor(nodes, dim, window=WINDOW)
-        self._init(self.numpy, base)
+        self.numpy = NumpyCore(kind, nodes, dim, window=WINDOW)
+        self._init(self.numpy, base, times)
         self.init_numpy_s = time.perf_counter() - t0
-        # the gather reads the compiled state's own records: same size, same pages
-        self.gather_src = self.compiled._records
-        self.t = 1.0
+        # the gather's array: the compiled records' size, pages touched
+        self.gather_src = np.ones((nodes, self.compiled.record_floats), dtype=np.float32)
+        self.t = times[-1]
 
-    def _init(self, pred, base):
-        for t in (0.0, 1.0):
-            obs_all = base * np.float32(1 + t) + np.float32(0.01 * t)
+    def _init(self, pred, base, times):
+        for t in times:
+            obs_all = base * np.float32(1 + t) + np.float32(0.01 * t * t)
             for s in range(0, self.nodes, INIT_CHUNK):
                 ids = np.arange(s, min(self.nodes, s + INIT_CHUNK), dtype=np.int64)
-                pred.step(ids, t, np.ascontiguousarray(obs_all[: len(ids)]))
+                pred.observe(ids, t, np.ascontiguousarray(obs_all[: len(ids)]))
 
     def next_ids(self):
         self.calls += 1
@@ -99,13 +114,6 @@ class World:
     def close(self):
         del self.compiled, self.numpy, self.gather_src
         gc.collect()
-
-
-@pytest.fixture(scope="module", params=WORLDS)
-def world(request):
-    w = World(*request.param)
-    yield w
-    w.close()
 
 
 def _timed(fn):
@@ -123,23 +131,28 @@ def interleaved(contenders, rounds):
     return best
 
 
-def measure(benchmark, world, op):
+def measure(benchmark, op, nodes, dim):
+    kind, observations, state_bytes = OPS[op]
+    world = World(kind, observations, nodes, dim)
+    try:
+        _measure(benchmark, world, op, kind, state_bytes(dim))
+    finally:
+        world.close()
+
+
+def _measure(benchmark, world, op, kind, state_bytes):
     dim, n = world.dim, world.batch
     src = world.gather_src
     if op == "step":
         def run(pred):
             def call():
                 world.t += 1.0
-                pred.step(world.next_ids(), world.t)
+                pred.serve(world.next_ids(), world.t)
             return call
-        state_bytes = world.compiled.state_bytes_per_row
-        assert state_bytes == 16 * dim + 40
     else:
         def run(pred):
-            return lambda: pred.predict_window(world.next_ids(), world.t + 2.0)
-        state_bytes = world.compiled.window_bytes_per_row
-        assert state_bytes == WINDOW * (4 * dim + 8) + 4
-    io_bytes = 8 + 4 * dim
+            return lambda: pred.serve(world.next_ids(), world.t + 2.0)
+    io_bytes = 8 + 4 * dim + 4
     gather_bytes = 2 * 4 * src.shape[1] + 8
 
     benchmark(run(world.compiled))
@@ -149,8 +162,8 @@ def measure(benchmark, world, op):
     moved = rows["compiled"] * (state_bytes + io_bytes) / 1e9
     gather_bw = rows["gather"] * gather_bytes / 1e9
     benchmark.extra_info.update({
-        "op": op, "dim": dim, "num_nodes": world.nodes, "batch": n, "window": WINDOW, "rounds": ROUNDS,
-        "rows_per_s": rows["compiled"], "numpy_rows_per_s": rows["numpy"],
+        "op": op, "kind": kind, "dim": dim, "num_nodes": world.nodes, "batch": n, "window": WINDOW,
+        "rounds": ROUNDS, "rows_per_s": rows["compiled"], "numpy_rows_per_s": rows["numpy"],
         "gather_rows_per_s": rows["gather"],
         "speedup_vs_numpy": rows["compiled"] / rows["numpy"],
         "state_bytes_per_row": state_bytes, "io_bytes_per_row": io_bytes,
@@ -165,19 +178,21 @@ def measure(benchmark, world, op):
                     f"{moved / gather_bw:.2f} of a row gather"),
     })
     # the probe nodes (never timed) went through the same calls in both: still equal
-    got = world.compiled.predict_window(world.probe, world.t + 2.0)
-    ref = world.numpy.predict_window(world.probe, world.t + 2.0)
+    got, _ = world.compiled.serve(world.probe, world.t + 2.0, preview=True)
+    ref, _ = world.numpy.serve(world.probe, world.t + 2.0, preview=True)
     assert np.abs(got - ref).max() <= 1e-5 * max(1.0, float(np.abs(ref).max()))
 
 
 @pytest.mark.benchmark(group="agent: predictor step")
-def test_step_throughput(benchmark, world):
-    measure(benchmark, world, "step")
+@pytest.mark.parametrize("size", WORLDS)
+def test_step_throughput(benchmark, size):
+    measure(benchmark, "step", *size)
 
 
 @pytest.mark.benchmark(group="agent: predictor predict_window")
-def test_predict_window_throughput(benchmark, world):
-    measure(benchmark, world, "predict_window")
+@pytest.mark.parametrize("size", WORLDS)
+def test_predict_window_throughput(benchmark, size):
+    measure(benchmark, "predict_window", *size)
 
 
 # --------------------------------------------------------------------- transport and pipeline

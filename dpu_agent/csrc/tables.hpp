@@ -5,6 +5,8 @@
 // a per-row speed estimate (adaptive sync policy) and a predictor core (predictor.hpp) over
 // the sampled rows only. Agent holds the tables by id. One implementation for both front
 // ends: the Cython module (dpu_agent/_core.pyx, the inline agent) and the sni-agent binary.
+// make_core builds a table's predictor core; _core.PredictorCore binds it alone (tests and
+// benchmarks), so Python drives the predictors exactly as the tables do.
 //
 // Arithmetic is numpy's, to the bit, so that the results equal those of the former numpy
 // tables: row norms are float32 squares summed with numpy's pairwise summation, speeds and
@@ -88,11 +90,12 @@ inline std::string status_text(int st, const char* what, int64_t id, int64_t num
     }
 }
 
-// 64-byte aligned buffers of one predictor core (records + zeroed NodeMeta).
+// 64-byte aligned buffers of one predictor core (records of stride floats + zeroed NodeMeta).
 struct CoreBuffers {
     float* data = nullptr;
     pred::NodeMeta* meta = nullptr;
-    CoreBuffers(int64_t num_nodes, int64_t stride) {
+    int64_t stride;
+    CoreBuffers(int64_t num_nodes, int64_t stride_floats) : stride(stride_floats) {
         const size_t db = static_cast<size_t>(pred::round_up((num_nodes * stride + 16) * 4, 64));
         const size_t mb = static_cast<size_t>(pred::round_up(num_nodes * 16 + 64, 64));
         data = static_cast<float*>(std::aligned_alloc(64, db));
@@ -105,14 +108,22 @@ struct CoreBuffers {
     CoreBuffers& operator=(const CoreBuffers&) = delete;
 };
 
-// One predictor core over a table's sampled slots, as the table drives it
-// (dpu_agent.predictors' adapters: trend self-feeds when served, gated and holt are read-only).
+struct TableParams {
+    int64_t window = 4;
+    double beta = 0.2, lam = 0.2;
+};
+
+// One predictor core over a table's sampled slots, as the table drives it: observe folds in
+// synced rows; serve predicts rows and per-row weights (linear-trend feeds its prediction
+// back when served, unless preview; the other kinds are read-only). Calls return a
+// pred::Status and the offending row in *bad (status_text words it). Made by make_core.
 class Core {
 public:
     virtual ~Core() = default;
     virtual bool self_feeding() const { return false; }
     virtual int observe(const int64_t* s, int64_t n, double t, const float* rows, int64_t* bad) = 0;
     virtual int serve(const int64_t* s, int64_t n, double t, bool preview, float* out, float* w, int64_t* bad) = 0;
+    virtual int64_t record_floats() const = 0;  // floats of one slot's record, padding included
 };
 
 class TrendCore : public Core {
@@ -130,6 +141,7 @@ public:
         if (st == pred::kOk) for (int64_t r = 0; r < n; ++r) w[r] = 1.0f;
         return st;
     }
+    int64_t record_floats() const override { return buf_.stride; }
 protected:
     CoreBuffers buf_;
     pred::TrendPredictor c_;
@@ -153,6 +165,7 @@ public:
     int serve(const int64_t* s, int64_t n, double t, bool, float* out, float* w, int64_t* bad) override {
         return c_.serve(s, n, t, out, w, bad);
     }
+    int64_t record_floats() const override { return buf_.stride; }
 private:
     CoreBuffers buf_;
     pred::GatedPredictor c_;
@@ -185,26 +198,40 @@ public:
         if (st == pred::kOk) for (int64_t r = 0; r < n; ++r) w[r] = 1.0f;
         return st;
     }
+    int64_t record_floats() const override { return buf_.stride; }
 private:
     CoreBuffers buf_;
     pred::HoltPredictor c_;
 };
 
-struct TableParams {
-    int64_t window = 4;
-    double beta = 0.2, lam = 0.2;
-};
+// The checks of a table's or a core's sizes (count: what n is called in the message).
+inline void check_sizes(uint32_t kind, int64_t n, int64_t dim, const TableParams& p, const char* count) {
+    if (kind >= kNumKinds) throw Error("unknown predictor kind " + std::to_string(kind));
+    if (n < 0) throw Error(std::string(count) + " must be >= 0, got " + std::to_string(n));
+    if (dim < 1) throw Error("dim must be >= 1, got " + std::to_string(dim));
+    if (p.window < 1 || p.window > pred::kMaxWindow)
+        throw Error("window must lie in [1, " + std::to_string(pred::kMaxWindow) + "], got " + std::to_string(p.window));
+}
+
+// The predictor core of kind over n slots of dim floats (null for kCache: the history cache
+// alone). The one place where each kind's core and its fixed parameters are chosen.
+inline std::unique_ptr<Core> make_core(uint32_t kind, int64_t n, int64_t dim, const TableParams& p) {
+    check_sizes(kind, n, dim, p, "num_nodes");
+    switch (kind) {
+    case kTrend: return std::make_unique<TrendCore>(n, dim, p.window, p.beta, p.lam);
+    case kGated: return std::make_unique<GatedCore>(n, dim, p.window, p.lam);
+    case kWindow: return std::make_unique<WindowCore>(n, dim, p.window, p.beta, p.lam);
+    case kHolt: return std::make_unique<HoltCore>(n, dim);
+    default: return nullptr;
+    }
+}
 
 // History cache + predictor for the halo rows of one tensor. Owned by Agent.
 class HistoryTable {
 public:
     HistoryTable(int64_t num_rows, int64_t dim, const uint8_t* sampled, uint32_t kind, const TableParams& p)
         : num_rows_(num_rows), dim_(dim), kind_(kind) {
-        if (kind >= kNumKinds) throw Error("unknown predictor kind " + std::to_string(kind));
-        if (num_rows < 0) throw Error("num_rows must be >= 0, got " + std::to_string(num_rows));
-        if (dim < 1) throw Error("dim must be >= 1, got " + std::to_string(dim));
-        if (p.window < 1 || p.window > pred::kMaxWindow)
-            throw Error("window must lie in [1, " + std::to_string(pred::kMaxWindow) + "], got " + std::to_string(p.window));
+        check_sizes(kind, num_rows, dim, p, "num_rows");
         const size_t cells = static_cast<size_t>(num_rows) * static_cast<size_t>(dim);
         cache_.assign(cells, 0.0f);
         served_.assign(cells, 0.0f);
@@ -215,17 +242,7 @@ public:
         for (int64_t i = 0; i < num_rows; ++i)
             if (sampled[i]) { slot_[i] = static_cast<int64_t>(sampled_rows_.size()); sampled_rows_.push_back(i); }
         const int64_t ns = static_cast<int64_t>(sampled_rows_.size());
-        if (kind != kCache && ns > 0) {
-            if (kind == kTrend) {
-                core_.reset(new TrendCore(ns, dim, p.window, p.beta, p.lam));
-            } else if (kind == kGated) {
-                core_.reset(new GatedCore(ns, dim, p.window, p.lam));
-            } else if (kind == kWindow) {
-                core_.reset(new WindowCore(ns, dim, p.window, p.beta, p.lam));
-            } else {
-                core_.reset(new HoltCore(ns, dim));
-            }
-        }
+        if (ns > 0) core_ = make_core(kind, ns, dim, p);
         self_feeding_ = core_ && core_->self_feeding();
         all_slots_.resize(static_cast<size_t>(ns));
         for (int64_t k = 0; k < ns; ++k) all_slots_[k] = k;

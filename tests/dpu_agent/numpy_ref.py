@@ -3,10 +3,12 @@
 Imported as ``tests.dpu_agent.numpy_ref`` (the repository root is on ``sys.path`` under pytest)
 by ``tests/dpu_agent/test_predictor_core.py`` and by the agent's benchmark suite (``benchmarks/suites/suite_agent.py``).
 
-Same constructors, methods, validation rules and results as ``dpu_agent.TrendPredictor``,
-``dpu_agent.HoltPredictor`` and ``dpu_agent.GatedPredictor``, vectorised over rows (no
-Python loop over rows). State is float32 like the compiled core; per-row scalars (``dt``,
-exp factors, ``1/max(D, eps)``) are computed in float64 and rounded once, and the
+The predictors of ``dpu_agent/csrc/predictor.hpp`` written in numpy from their definitions
+(:class:`NumpyTrendPredictor`, :class:`NumpyHoltPredictor`, :class:`NumpyGatedPredictor`),
+and :class:`NumpyCore`, which drives them as ``csrc/tables.hpp`` drives the compiled ones
+(same API, parameters and results as ``dpu_agent.PredictorCore``). Vectorised over rows
+(no Python loop over rows). State is float32 like the compiled core; per-row scalars
+(``dt``, exp factors, ``1/max(D, eps)``) are computed in float64 and rounded once, and the
 element-wise updates are float32 in the same order as the C++ loops, so the two agree to
 float32 rounding. ``predict_window`` and the gate's dot products are written literally
 from the definitions (float64), as an independent check of the compiled one-pass form.
@@ -49,38 +51,6 @@ def _check_rows(x, n, dim, name):
     if a.ndim != 2 or a.shape != (n, dim):
         raise ValueError(f"{name} must have shape [{n}, {dim}] (len(ids), dim), got {a.shape}")
     return a
-
-
-def _check_mask(mask, n):
-    a = np.asarray(mask)
-    if a.dtype != np.bool_ and a.dtype != np.uint8:
-        raise TypeError(f"mask must be a bool or uint8 array [{n}], got dtype {a.dtype}")
-    if a.ndim != 1 or a.shape[0] != n:
-        raise ValueError(f"mask must have shape [{n}] (len(ids)), got {a.shape}")
-    return a.astype(bool)
-
-
-def _check_out(out, n, dim, obs=None):
-    """The compiled core's checks of a caller-supplied output array."""
-    if out is None:
-        return
-    if not isinstance(out, np.ndarray) or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise TypeError(f"out must be a C-contiguous float32 numpy array [{n}, {dim}]")
-    if not out.flags.writeable:
-        raise ValueError("out must be writeable")
-    if out.shape != (n, dim):
-        raise ValueError(f"out must have shape [{n}, {dim}] (len(ids), dim), got {out.shape}")
-    if obs is not None and np.may_share_memory(out, obs):
-        raise ValueError("out must not overlap obs")
-
-
-def _into(out, res):
-    """``res``, or ``res`` copied into the caller's (checked) ``out``."""
-    if out is None:
-        return res
-    _check_out(out, *res.shape)
-    out[...] = res
-    return out
 
 
 def _check_time(t):
@@ -148,60 +118,46 @@ class _TrendState:
         self.D[ids] = np.where(first, F32(0), D_new)
         self._push(ids, t, x_new, first)
 
-    def last(self, ids):
-        ids = _check_ids(ids, self.num_nodes, "last")
-        self._require_observed(ids, "last")
-        return self.H[ids, self.head[ids]].copy()
-
-    def last_time(self, ids):
-        ids = _check_ids(ids, self.num_nodes, "last_time")
-        return np.where(self.fill[ids] > 0, self.tau[ids, self.head[ids]], np.nan)
-
-    def observed(self, ids):
-        ids = _check_ids(ids, self.num_nodes, "observed")
-        return self.fill[ids] > 0
-
 
 class NumpyTrendPredictor(_TrendState):
-    """Reference of ``dpu_agent.TrendPredictor`` (see its docstring for the definitions)."""
+    """The paper's per-node trend predictor (``sni::pred::TrendPredictor``).
+
+    ``step(ids, t, obs=None)``: per node, ``dt = t - t_last``, ``v = N / max(D, eps)``,
+    ``x_pred = x_last + v*dt*exp(-beta*dt)``; ``x_new`` is the observation if ``obs`` is given,
+    else ``x_pred`` (self-feeding); ``(x_new, t)`` enters the ring; ``g = exp(-lam*dt)``,
+    ``N = g*N + (x_new - x_last)/max(dt, eps)``, ``D = g*D + 1``; returns ``x_pred``. A node's
+    first observation initialises it (``N = D = 0``) and is returned as is.
+
+    ``predict_window(ids, t, alpha, scale, lam_pred)``: read-only windowed linear trend over
+    the ring (``K`` entries in time order): ``hbar + dt*Phi*exp(-lam_pred*dt)`` with
+    ``hbar = alpha*H_latest + (1-alpha)*mean(H)``, ``Phi`` the
+    ``exp(-|tau_latest - tau_k|/scale)``-weighted mean of the finite differences
+    ``(H_k - H_{k-1}) / max(tau_k - tau_{k-1}, eps)`` (0 when ``K == 1``).
+    """
 
     def __init__(self, num_nodes, dim, window=4, beta=0.2, lam=0.2, eps=1e-8):
         super().__init__(num_nodes, dim, window, beta, lam, eps)
 
-    @property
-    def state_bytes_per_row(self):
-        return 16 * self.dim + 40
-
-    def step(self, ids, t, obs=None, mask=None, out=None):
+    def step(self, ids, t, obs=None):
         ids = _check_ids(ids, self.num_nodes, "step")
-        n = ids.shape[0]
         t = _check_time(t)
-        if obs is not None:
-            obs = _check_rows(obs, n, self.dim, "obs")
-            has = np.ones(n, bool) if mask is None else _check_mask(mask, n)
-        elif mask is not None:
-            raise ValueError("mask given without obs")
+        if obs is None:
+            self._require_observed(ids, "step")
         else:
-            has = np.zeros(n, bool)
-        first = self.fill[ids] == 0
-        never = np.flatnonzero(first & ~has)
-        if never.size:
-            raise ValueError(f"step: node {ids[never[0]]} has never been observed "
-                             "(its first call needs an observation)")
+            obs = _check_rows(obs, ids.shape[0], self.dim, "obs")
         self._require_time(ids, t, "step")
-
+        first = self.fill[ids] == 0
         head = self.head[ids]
         x_last = self.H[ids, head]
         dt = t - self.tau[ids, head]
         cv = (dt * np.exp(-self.beta * dt) / np.maximum(self.D[ids].astype(np.float64), self.eps))
         x_pred = x_last + self.N[ids] * cv.astype(F32)[:, None]
-        x_new = np.where(has[:, None], obs, x_pred) if obs is not None else x_pred
+        x_new = x_pred if obs is None else obs
         res = np.where(first[:, None], x_new, x_pred)
-        _check_out(out, n, self.dim, obs)
         self._trend_update(ids, t, x_last, x_new, dt, first)
-        return _into(out, res)
+        return res
 
-    def peek(self, ids, t, out=None):
+    def peek(self, ids, t):
         """``step(ids, t)`` without observations, read-only (nothing fed back)."""
         ids = _check_ids(ids, self.num_nodes, "peek")
         t = _check_time(t)
@@ -209,9 +165,9 @@ class NumpyTrendPredictor(_TrendState):
         head = self.head[ids]
         dt = t - self.tau[ids, head]
         cv = (dt * np.exp(-self.beta * dt) / np.maximum(self.D[ids].astype(np.float64), self.eps))
-        return _into(out, (self.H[ids, head] + self.N[ids] * cv.astype(F32)[:, None]).astype(F32))
+        return (self.H[ids, head] + self.N[ids] * cv.astype(F32)[:, None]).astype(F32)
 
-    def predict_window(self, ids, t, alpha=0.3, scale=5.0, lam_pred=0.2, out=None):
+    def predict_window(self, ids, t, alpha=0.3, scale=5.0, lam_pred=0.2):
         if not scale > 0:
             raise ValueError(f"scale must be > 0, got {scale}")
         ids = _check_ids(ids, self.num_nodes, "predict_window")
@@ -234,11 +190,15 @@ class NumpyTrendPredictor(_TrendState):
         wsum = w.sum(1)
         phi = (w[:, :, None] * diff).sum(1) / np.where(wsum > 0, wsum, 1.0)[:, None]
         dt = t - t_l
-        return _into(out, (hbar + (dt * np.exp(-lam_pred * dt))[:, None] * phi).astype(F32))
+        return (hbar + (dt * np.exp(-lam_pred * dt))[:, None] * phi).astype(F32)
 
 
 class NumpyHoltPredictor:
-    """Reference of ``dpu_agent.HoltPredictor``: Holt's double exponential smoothing."""
+    """Holt's double exponential smoothing per node (``sni::pred::HoltPredictor``): level ``l``,
+    trend ``b``. ``observe``: first observation ``l = obs, b = 0``; later, with ``dt`` since the
+    last, ``l_pred = l + b*dt``, ``l = alpha*obs + (1-alpha)*l_pred``,
+    ``b = beta_trend*(l - l_prev)/max(dt, eps) + (1-beta_trend)*b``. ``forecast(ids, t) =
+    l + b*(t - t_last)`` (read-only)."""
 
     def __init__(self, num_nodes, dim, alpha=0.5, beta_trend=0.3, eps=1e-8):
         _check_sizes(num_nodes, dim, 1)
@@ -271,7 +231,7 @@ class NumpyHoltPredictor:
         self.t_last[ids] = t
         self.seen[ids] = True
 
-    def forecast(self, ids, t, out=None):
+    def forecast(self, ids, t):
         ids = _check_ids(ids, self.num_nodes, "forecast")
         t = _check_time(t)
         never = np.flatnonzero(~self.seen[ids])
@@ -279,18 +239,24 @@ class NumpyHoltPredictor:
             raise ValueError(f"forecast: node {ids[never[0]]} has never been observed "
                              "(its first call needs an observation)")
         dtf = (t - self.t_last[ids]).astype(F32)[:, None]
-        return _into(out, self.level[ids] + self.trend[ids] * dtf)
-
-    def observed(self, ids):
-        ids = _check_ids(ids, self.num_nodes, "observed")
-        return self.seen[ids].copy()
-
-
-HoltPredictor = NumpyHoltPredictor
+        return self.level[ids] + self.trend[ids] * dtf
 
 
 class NumpyGatedPredictor(_TrendState):
-    """Reference of ``dpu_agent.GatedPredictor`` (see its docstring for the definitions)."""
+    """The trend predictor behind a confidence gate (``sni::pred::GatedPredictor``).
+
+    ``observe(ids, t, obs)``: for an initialised node, first scores the prediction ``p`` it
+    would serve at ``t`` against the cached row ``c`` (last observation): with ``e = obs - c``,
+    ``d = p - c`` and ``g = decay``, ``A = g*A + <e,d>``, ``B = g*B + <d,d>``,
+    ``Ep = g*Ep + |p-obs|^2``, ``Ec = g*Ec + |c-obs|^2``, ``n_cmp += 1``; then applies the trend
+    update with the observation and sets ``s = |obs - c| / max(dt, eps)``.
+
+    ``serve(ids, t) -> (rows, w)``, read-only: ``dt = min(t - t_last, max_horizon)``,
+    ``v = N/max(D, eps)`` scaled down to norm ``trend_cap*s`` if longer,
+    ``p = c + v*dt*exp(-beta*dt)``, ``w = clip(A/B, 0, 1)*(1 - margin)`` if
+    ``n_cmp >= min_compare``, ``B > 0`` and ``Ep < (1 - margin) * Ec``, else 0;
+    ``rows = c + w*(p - c)``.
+    """
 
     def __init__(self, num_nodes, dim, window=4, beta=0.2, lam=0.2, eps=1e-8, decay=0.5,
                  margin=0.1, min_compare=2, max_horizon=10, trend_cap=2.0):
@@ -306,12 +272,6 @@ class NumpyGatedPredictor(_TrendState):
         z = lambda: np.zeros(num_nodes, F32)  # noqa: E731
         self.A, self.B, self.Ep, self.Ec, self.s = z(), z(), z(), z(), z()
         self.n_cmp = np.zeros(num_nodes, np.int64)
-
-    @property
-    def params(self):
-        return dict(beta=self.beta, lam=self.lam, eps=self.eps, decay=self.decay,
-                    margin=self.margin, min_compare=self.min_compare,
-                    max_horizon=self.max_horizon, trend_cap=self.trend_cap)
 
     def _pred_coef(self, ids, t):
         """k with the capped prediction p = c + k*N at time t (dt clipped to max_horizon)."""
@@ -355,7 +315,7 @@ class NumpyGatedPredictor(_TrendState):
         self.n_cmp[ids] = np.where(first, 0, self.n_cmp[ids] + 1)
         self._trend_update(ids, t, c, obs, dt, first)
 
-    def serve(self, ids, t, out=None):
+    def serve(self, ids, t):
         ids = _check_ids(ids, self.num_nodes, "serve")
         t = _check_time(t)
         self._require_observed(ids, "serve")
@@ -363,14 +323,46 @@ class NumpyGatedPredictor(_TrendState):
         w = self._weight(ids)
         kf = (w * self._pred_coef(ids, t)).astype(F32)
         rows = np.where((w > 0)[:, None], c + self.N[ids] * kf[:, None], c)
-        return _into(out, rows), w.astype(F32)
+        return rows, w.astype(F32)
 
-    def gate_stats(self):
-        seen = np.flatnonzero(self.fill > 0)
-        w = self._weight(seen)
-        opened = w > 0
-        return {"nodes": int(seen.size),
-                "compared": int((self.n_cmp[seen] >= self.min_compare).sum()),
-                "open": int(opened.sum()),
-                "mean_weight": float(w.sum() / seen.size) if seen.size else 0.0,
-                "mean_open_weight": float(w[opened].mean()) if opened.any() else 0.0}
+
+class NumpyCore:
+    """The references driven as ``csrc/tables.hpp`` drives the compiled predictors, with the
+    tables' parameters: the oracle of ``dpu_agent.PredictorCore`` (same constructor, ``observe``,
+    ``serve`` and ``self_feeding``).
+
+    ``linear-trend``: ``observe`` steps with the rows, ``serve`` is the self-feeding step
+    (``preview``: ``peek``); ``window-trend``: ``observe`` steps with the rows, ``serve`` is
+    ``predict_window(alpha=0.3, scale=5.0, lam_pred=lam)``; ``gated``: beta 0, decay 0.5,
+    margin 0.1, max_horizon 10, trend_cap 2, min_compare 2; ``holt``: alpha 0.5, beta_trend
+    0.3 (``serve`` forecasts). Weights are 1 but for ``gated``.
+    """
+
+    def __init__(self, kind, num_nodes, dim, window=4, beta=0.2, lam=0.2):
+        self.kind, self.lam = kind, float(lam)
+        self.self_feeding = kind == "linear-trend"
+        if kind in ("linear-trend", "window-trend"):
+            self.ref = NumpyTrendPredictor(num_nodes, dim, window=window, beta=beta, lam=lam)
+        elif kind == "gated":
+            self.ref = NumpyGatedPredictor(num_nodes, dim, window=window, beta=0.0, lam=lam, decay=0.5,
+                                           margin=0.1, min_compare=2, max_horizon=10.0, trend_cap=2.0)
+        elif kind == "holt":
+            self.ref = NumpyHoltPredictor(num_nodes, dim, alpha=0.5, beta_trend=0.3)
+        else:
+            raise ValueError(f"no predictor core of kind '{kind}'")
+
+    def observe(self, ids, t, rows):
+        if self.kind in ("linear-trend", "window-trend"):
+            self.ref.step(ids, t, rows)
+        else:
+            self.ref.observe(ids, t, rows)
+
+    def serve(self, ids, t, preview=False):
+        ones = np.ones(len(ids), F32)
+        if self.kind == "linear-trend":
+            return (self.ref.peek(ids, t) if preview else self.ref.step(ids, t)), ones
+        if self.kind == "window-trend":
+            return self.ref.predict_window(ids, t, alpha=0.3, scale=5.0, lam_pred=self.lam), ones
+        if self.kind == "gated":
+            return self.ref.serve(ids, t)
+        return self.ref.forecast(ids, t), ones

@@ -23,114 +23,26 @@ import time
 
 import numpy as np
 
-from abc import ABC, abstractmethod
-from typing import ClassVar
-
-from dpu_agent.predictors import GatedPredictor, HoltPredictor, TrendPredictor, check_predictor
+from dpu_agent.predictors import PredictorCore, check_predictor
 
 
-# ----------------------------------------------------------------------------- the cores, adapted
-# (the reference table drives each compiled core through one interface, as the C++ table does)
-
-class PredictorAdapter(ABC):
-    """One compiled core over a table's sampled slots, as :class:`~dpu_agent.tables.HistoryTable`
-    drives it. Made by :func:`make_predictor`.
-
-    ``self_feeding``: serving advances the core (it feeds its prediction back as an
-    observation), so the table must serve a step at most once and must not observe rows
-    at a step it has already fed.
-    """
-
-    self_feeding: ClassVar[bool] = False
-
-    @abstractmethod
-    def observe(self, slots: np.ndarray, step: float, rows: np.ndarray) -> None:
-        """Fresh rows (C-contiguous float32 ``[len(slots), dim]``) of ``slots`` at ``step``."""
-
-    @abstractmethod
-    def serve(self, slots: np.ndarray, step: float, preview: bool) -> tuple:
-        """``(rows, weight)`` predicted for ``slots`` at ``step``; ``preview`` changes no state."""
-
-
-class TrendAdapter(PredictorAdapter):
-    """``linear-trend``: the paper's self-feeding trend predictor (:class:`TrendPredictor`)."""
-
-    self_feeding = True
-
-    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
-        self.core = TrendPredictor(num_rows, dim, window=window, beta=beta, lam=lam)
-
-    def observe(self, slots, step, rows):
-        self.core.step(slots, step, rows)
-
-    def serve(self, slots, step, preview):
-        # serving feeds the prediction back (the paper's self-feeding); a preview peeks
-        pred = self.core.peek(slots, step) if preview else self.core.step(slots, step)
-        return pred, np.ones(slots.size, dtype=np.float32)
-
-
-class GatedAdapter(PredictorAdapter):
-    """``gated``: the trend predictor behind a confidence gate (:class:`GatedPredictor`)."""
-
-    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
-        # no horizon damping: the gate's learned gain (least squares against past syncs)
-        # decides how much of the linear extrapolation to trust, the same at every horizon
-        self.core = GatedPredictor(num_rows, dim, window=window, beta=0.0, lam=lam)
-
-    def observe(self, slots, step, rows):
-        self.core.observe(slots, step, rows)
-
-    def serve(self, slots, step, preview):
-        return self.core.serve(slots, step)  # read-only: a preview is the same call
-
-
-class WindowTrendAdapter(TrendAdapter):
-    """``window-trend``: the paper's Algorithm 1 over the synced rows alone: each served row is
-    ``0.3 * last + 0.7 * mean(window)`` plus the decayed, recency-weighted mean slope of the
-    window times the horizon (:meth:`TrendPredictor.predict_window`; read-only, no self-feeding)."""
-
-    self_feeding = False
-
-    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
-        super().__init__(num_rows, dim, window, beta, lam)
-        self.lam = lam
-
-    def serve(self, slots, step, preview):
-        return self.core.predict_window(slots, step, lam_pred=self.lam), np.ones(slots.size, dtype=np.float32)
-
-
-class HoltAdapter(PredictorAdapter):
-    """``holt``: Holt's double exponential smoothing (:class:`HoltPredictor`)."""
-
-    def __init__(self, num_rows: int, dim: int, window: int, beta: float, lam: float):
-        self.core = HoltPredictor(num_rows, dim)
-
-    def observe(self, slots, step, rows):
-        self.core.observe(slots, step, rows)
-
-    def serve(self, slots, step, preview):
-        return self.core.forecast(slots, step), np.ones(slots.size, dtype=np.float32)
-
-
-_ADAPTERS = {"linear-trend": TrendAdapter, "gated": GatedAdapter, "holt": HoltAdapter,
-             "window-trend": WindowTrendAdapter}
 def make_predictor(kind: str, num_rows: int, dim: int, window: int, beta: float,
-                   lam: float) -> PredictorAdapter | None:
-    """The adapted compiled core for ``kind`` over ``num_rows`` slots (None for ``cache``
-    or no slots)."""
+                   lam: float) -> PredictorCore | None:
+    """The compiled predictor core for ``kind`` over ``num_rows`` slots, as the C++ table makes
+    it (None for ``cache`` or no slots). ``self_feeding``: serving advances the core (it feeds
+    its prediction back as an observation), so the table must serve a step at most once and
+    must not observe rows at a step it has already fed."""
     check_predictor(kind)
     if kind == "cache" or num_rows == 0:
         return None
-    return _ADAPTERS[kind](num_rows, dim, window, beta, lam)
-
-
+    return PredictorCore(kind, num_rows, dim, window=window, beta=beta, lam=lam)
 
 
 class HistoryTable:
     """History cache + predictor for the halo rows of one tensor (see module docstring).
 
-    Owned by :class:`Agent` (one per table); the predictor is a
-    :class:`PredictorAdapter` from the registry above (None for ``cache``).
+    Owned by :class:`Agent` (one per table); the predictor is the compiled core that
+    :func:`make_predictor` makes (None for ``cache``).
     """
 
     def __init__(self, num_rows: int, dim: int, sampled: np.ndarray, kind: str = "gated",
