@@ -6,7 +6,7 @@
 // table for PCI read-write access and sends, per region, u64 host address | u64 bytes | export
 // descriptor inside add_table. Messages travel as Comch frames (1-byte marker: 1 more follow,
 // 0 last), reassembled by proto::Reassembler, which checks the header before buffering. One
-// trainer per agent (as the Python DOCA agent): after it has gone, next_peer() says stop.
+// trainer per agent: after it has gone, next_peer() says stop.
 // Comch only connects the host function the representor stands for, so there is no token.
 #include "doca_transport.hpp"
 
