@@ -239,7 +239,8 @@ def test_agent_refuses_a_representor_the_device_lacks(sim_dir):
 
 def test_agent_refuses_a_region_layout_mismatch_and_keeps_serving(sim_dir, tmp_path):
     """Against the agent on the host function's representor: an add_table whose regions do not
-    fit its rows x dim is refused with an error reply and leaves no table behind; the agent then
+    fit its rows x dim is refused with an error reply and leaves no table behind (its id can be
+    added again); the agent then
     serves a gated table with its own predictor parameters, whose sampled mask (which rows are
     predicted) spans several Comch frames; the endpoint's poll sees each reply and nothing else;
     a trainer that goes away without a close message ends the agent cleanly."""
@@ -256,6 +257,10 @@ def test_agent_refuses_a_region_layout_mismatch_and_keeps_serving(sim_dir, tmp_p
         assert _bounded(lambda: host.poll(10.0))
         assert host.recv(10.0)["stats"]["tables"] == 0  # the refused table is not kept
         assert not host.poll(0.05)  # no reply is owed
+        host.send(dict(op="add_table", table=5, num_rows=300, dim=8, regions=regions,  # its id again, as exported
+                       sampled=np.ones(300, bool), kind="cache", params={}))
+        assert _bounded(lambda: host.poll(10.0))
+        assert "error" not in host.recv(10.0)  # nothing of the refused attach was left to collide with
 
         rng = np.random.default_rng(3)
         params = dict(window=3, beta=0.1, lam=0.3)
@@ -273,7 +278,7 @@ def test_agent_refuses_a_region_layout_mismatch_and_keeps_serving(sim_dir, tmp_p
         _same_bits(rows, want_rows)
         _same_bits(weight, want_weight)
         assert not np.array_equal(default.serve(5.0)[0], want_rows)  # the parameters did travel
-        assert client.stats()["tables"] == 1
+        assert client.stats()["tables"] == 2
     except BaseException:
         _bounded(client.abort)
         raise

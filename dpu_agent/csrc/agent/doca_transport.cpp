@@ -103,7 +103,17 @@ public:
 
     void attach(uint32_t table, uint64_t rows, uint32_t dim, const proto::Blob* regions) override {
         if (tables_.count(table)) throw TransportError("table " + std::to_string(table) + " is already attached");
-        Table& t = tables_[table];  // released by end_peer even if this fails half-way
+        Table& t = tables_[table];
+        try {
+            attach_regions(t, table, rows, dim, regions);
+        } catch (...) {  // a refused table leaves nothing behind: its id can be added again
+            for (Mapped& m : t.r) release(m);
+            tables_.erase(table);
+            throw;
+        }
+    }
+
+    void attach_regions(Table& t, uint32_t table, uint64_t rows, uint32_t dim, const proto::Blob* regions) {
         try {
             for (uint32_t k = 0; k < proto::kNumRegions; ++k) {
                 const proto::Blob& b = regions[k];
