@@ -1,20 +1,21 @@
-"""How the agent talks to its trainer: the two declared halves of every transport.
+"""How the trainer talks to its agent: the trainer's half of every transport.
 
-Every transport has the same two halves. Control: small messages in order, each
-answered by one reply (dicts here, the binary protocol of :mod:`dpu_agent.protocol` on the
-wire). Data: named *regions* of the trainer's memory per table
-(``fresh`` rows the trainer synchronised, ``ids`` of a partial sync, ``served`` rows
-and their ``weight`` for a stale step, ``drift``), which the agent reads and writes.
+Every transport has two halves. Control: small messages in order, each answered by one
+reply (dicts here, the binary protocol of :mod:`dpu_agent.protocol` on the wire). Data:
+named *regions* of the trainer's memory per table (``fresh`` rows the trainer
+synchronised, ``ids`` of a partial sync, ``served`` rows and their ``weight`` for a stale
+step, ``drift``), which the agent reads and writes.
 
-* :class:`AgentTransport` -- the agent's half (the agent itself is the ``sni-agent`` binary,
-  whose ``csrc/agent/transport.hpp`` declares the same half in C++);
 * :class:`HostEndpoint` -- the trainer's half, driven by
-  :class:`dpu_agent.client.RemoteAgentClient`.
+  :class:`dpu_agent.client.RemoteAgentClient`;
+* the agent's half is the ``sni-agent`` binary's C++, declared in
+  ``csrc/agent/transport.hpp``.
 
-Implementations: ``dpu_agent.shm`` (``ShmHostEndpoint``: a Unix socket for control and
-POSIX shared memory for the regions, the host emulation; its agent side is the ``sni-agent``
-binary) and ``dpu_agent.doca`` (``DocaAgentTransport`` / ``DocaHostEndpoint``: DOCA Comch
-for control and DOCA DMA for the regions, BlueField DPU).
+Implementations of the trainer's half: ``dpu_agent.shm`` (``ShmHostEndpoint``: a Unix socket
+for control and POSIX shared memory for the regions, the host emulation) and
+``dpu_agent.doca`` (``DocaHostEndpoint``: DOCA Comch for control and DOCA DMA for the
+regions, BlueField DPU); the binary implements the agent's half of both
+(``shm_transport.cpp``, ``doca_transport.cpp``).
 """
 from __future__ import annotations
 
@@ -34,37 +35,6 @@ def region_layout(num_rows: int, dim: int) -> dict:
 
 class AgentError(RuntimeError):
     """The agent failed an operation (its message says why) or went away."""
-
-
-class AgentTransport(ABC):
-    """Agent side of a transport: receives control messages, answers them, and moves rows
-    between the trainer's regions and agent memory. The ``sni-agent`` binary serves trainers
-    through its C++ twin (``csrc/agent/transport.hpp``); the Python implementation,
-    :class:`~dpu_agent.doca.DocaAgentTransport`, is driven directly (tests)."""
-
-    @abstractmethod
-    def recv(self):
-        """Next control message, or ``None`` when the trainer has gone."""
-
-    @abstractmethod
-    def send(self, msg: dict) -> None:
-        """Send one reply."""
-
-    @abstractmethod
-    def attach(self, table: int, num_rows: int, dim: int, regions: list) -> None:
-        """Map the regions the trainer announced for ``table``."""
-
-    @abstractmethod
-    def read(self, table: int, region: str, count: int | None = None) -> np.ndarray:
-        """Copy (the first ``count`` rows of) a trainer region into agent memory."""
-
-    @abstractmethod
-    def write(self, table: int, region: str, src: np.ndarray) -> None:
-        """Copy agent rows into a trainer region (from its first row)."""
-
-    @abstractmethod
-    def close(self) -> None:
-        """Release the regions and the control channel."""
 
 
 class HostEndpoint(ABC):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint16, c_uint32, c_uint64,
+from ctypes import (CFUNCTYPE, POINTER, c_char_p, c_int, c_size_t, c_uint8, c_uint32, c_uint64,
                     c_void_p)
 
 # ----------------------------------------------------------------------------- constants
@@ -42,35 +42,29 @@ GONE_ERRORS = (DOCA_ERROR_NOT_CONNECTED, DOCA_ERROR_CONNECTION_RESET, DOCA_ERROR
 # enum doca_ctx_states (doca_ctx.h)
 CTX_IDLE, CTX_STARTING, CTX_RUNNING, CTX_STOPPING = 0, 1, 2, 3
 # enum doca_access_flag (doca_types.h)
-ACCESS_LOCAL_READ_WRITE = 1 << 0
 ACCESS_PCI_READ_WRITE = 1 << 5
-# enum doca_devinfo_rep_filter (doca_dev.h)
-REP_FILTER_NET = 1 << 1
 
 
 # ----------------------------------------------------------------------------- prototypes
 _P = c_void_p  # every DOCA object is an opaque pointer
 _PP = POINTER(c_void_p)
-PTR_LIST = _PP  # an array of opaque pointers (the device and representor lists)
+PTR_LIST = _PP  # an array of opaque pointers (the device list)
 _ERR = c_int  # doca_error_t
 # union doca_data { void *ptr; uint64_t u64; } travels by value in one 8-byte integer
 # register on x86-64 (SysV) and AArch64 (AAPCS64), exactly like a uint64_t; ctypes does not
 # pass unions by value reliably, so it is declared as uint64.
 _DATA = c_uint64
 
-# doca_dma_task_memcpy_completion_cb_t / doca_comch_task_send_completion_cb_t:
-#   void (*)(struct doca_*_task *task, union doca_data task_user_data, union doca_data ctx_user_data)
+# doca_comch_task_send_completion_cb_t:
+#   void (*)(struct doca_comch_task_send *task, union doca_data task_user_data,
+#            union doca_data ctx_user_data)
 TASK_CB = CFUNCTYPE(None, _P, _DATA, _DATA)
 # doca_comch_event_msg_recv_cb_t:
 #   void (*)(struct doca_comch_event_msg_recv *, uint8_t *recv_buffer, uint32_t msg_len,
 #            struct doca_comch_connection *)
 RECV_CB = CFUNCTYPE(None, _P, POINTER(c_uint8), c_uint32, _P)
-# doca_comch_event_connection_status_changed_cb_t:
-#   void (*)(struct doca_comch_event_connection_status_changed *, struct doca_comch_connection *,
-#            uint8_t change_successful)
-CONN_CB = CFUNCTYPE(None, _P, _P, c_uint8)
 
-# (name, restype, argtypes[, older name accepted]); restype _ERR is checked, others are not
+# (name, restype, argtypes); restype _ERR is checked, others are not
 _PROTOTYPES = {
     "common": (
         ("doca_error_get_name", c_char_p, [_ERR]),
@@ -81,26 +75,13 @@ _PROTOTYPES = {
         ("doca_dev_open", _ERR, [_P, POINTER(_P)]),
         ("doca_dev_close", _ERR, [_P]),
         ("doca_dev_as_devinfo", _P, [_P]),
-        ("doca_devinfo_rep_create_list", _ERR, [_P, c_int, POINTER(_PP), POINTER(c_uint32)]),
-        ("doca_devinfo_rep_destroy_list", _ERR, [_PP]),
-        ("doca_devinfo_rep_is_equal_pci_addr", _ERR, [_P, c_char_p, POINTER(c_uint8)]),
-        ("doca_dev_rep_open", _ERR, [_P, POINTER(_P)]),
-        ("doca_dev_rep_close", _ERR, [_P]),
         ("doca_mmap_create", _ERR, [POINTER(_P)]),
         ("doca_mmap_add_dev", _ERR, [_P, _P]),
         ("doca_mmap_set_permissions", _ERR, [_P, c_uint32]),
         ("doca_mmap_set_memrange", _ERR, [_P, _P, c_size_t]),
         ("doca_mmap_start", _ERR, [_P]),
         ("doca_mmap_export_pci", _ERR, [_P, _P, POINTER(_P), POINTER(c_size_t)]),
-        ("doca_mmap_create_from_export", _ERR, [_P, c_char_p, c_size_t, _P, POINTER(_P)]),
         ("doca_mmap_destroy", _ERR, [_P]),
-        ("doca_buf_inventory_create", _ERR, [c_size_t, POINTER(_P)]),
-        ("doca_buf_inventory_start", _ERR, [_P]),
-        ("doca_buf_inventory_destroy", _ERR, [_P]),
-        # doca_buf_inventory_buf_get_by_addr() is a static inline over this one
-        ("doca_buf_inventory_buf_get_by_args", _ERR, [_P, _P, _P, c_size_t, _P, c_size_t, POINTER(_P)]),
-        ("doca_buf_set_data", _ERR, [_P, _P, c_size_t]),
-        ("doca_buf_dec_refcount", _ERR, [_P, POINTER(c_uint16)]),
         ("doca_pe_create", _ERR, [POINTER(_P)]),
         ("doca_pe_destroy", _ERR, [_P]),
         ("doca_pe_connect_ctx", _ERR, [_P, _P]),
@@ -114,29 +95,10 @@ _PROTOTYPES = {
     ),
     "dma": (
         ("doca_dma_cap_task_memcpy_is_supported", _ERR, [_P]),
-        ("doca_dma_cap_task_memcpy_get_max_buf_size", _ERR, [_P, POINTER(c_uint64)]),
-        ("doca_dma_create", _ERR, [_P, POINTER(_P)]),
-        ("doca_dma_destroy", _ERR, [_P]),
-        ("doca_dma_as_ctx", _P, [_P]),
-        ("doca_dma_task_memcpy_set_conf", _ERR, [_P, TASK_CB, TASK_CB, c_uint32]),
-        ("doca_dma_task_memcpy_alloc_init", _ERR, [_P, _P, _P, _DATA, POINTER(_P)]),
-        ("doca_dma_task_memcpy_as_task", _P, [_P]),
     ),
     "comch": (
         ("doca_comch_cap_get_max_msg_size", _ERR, [_P, POINTER(c_uint32)]),
-        ("doca_comch_cap_server_is_supported", _ERR, [_P]),
         ("doca_comch_cap_client_is_supported", _ERR, [_P]),
-        ("doca_comch_server_create", _ERR, [_P, _P, c_char_p, POINTER(_P)]),
-        ("doca_comch_server_destroy", _ERR, [_P]),
-        ("doca_comch_server_set_max_msg_size", _ERR, [_P, c_uint32]),
-        ("doca_comch_server_set_recv_queue_size", _ERR, [_P, c_uint32]),
-        ("doca_comch_server_as_ctx", _P, [_P]),
-        ("doca_comch_server_task_send_set_conf", _ERR, [_P, TASK_CB, TASK_CB, c_uint32]),
-        ("doca_comch_server_event_msg_recv_register", _ERR, [_P, RECV_CB]),
-        ("doca_comch_server_event_connection_status_changed_register", _ERR, [_P, CONN_CB, CONN_CB],
-         "doca_comch_server_event_connection_register"),  # the DOCA 2.5 name
-        ("doca_comch_server_disconnect", _ERR, [_P, _P]),
-        ("doca_comch_server_task_send_alloc_init", _ERR, [_P, _P, _P, c_uint32, POINTER(_P)]),
         ("doca_comch_client_create", _ERR, [_P, c_char_p, POINTER(_P)]),
         ("doca_comch_client_destroy", _ERR, [_P]),
         ("doca_comch_client_set_max_msg_size", _ERR, [_P, c_uint32]),
@@ -191,11 +153,12 @@ def load(lib_dir: str | None = None) -> "Doca":
 
 
 class Doca:
-    """The DOCA functions this agent uses, bound with ctypes from one library directory.
+    """The DOCA functions the trainer side uses, bound with ctypes from one library directory.
 
     Each function is an attribute of the same name. Functions returning ``doca_error_t``
     raise :class:`DocaError` unless the result is in ``ok`` (keyword, default success
-    only) and return the code. Created by :func:`load`; used by the transport classes.
+    only) and return the code. Created by :func:`load`; used by
+    :class:`~dpu_agent.doca.side.DocaSide`.
     """
 
     def __init__(self, lib_dir: str):
@@ -210,19 +173,13 @@ class Doca:
                 lib = ctypes.CDLL(path)
             except OSError as err:
                 raise DocaUnavailable(f"cannot load DOCA library {path}: {err}") from err
-            for name, restype, argtypes, *older in prototypes:
-                fn = self._symbol(lib, path, name, older)
+            for name, restype, argtypes in prototypes:
+                try:
+                    fn = getattr(lib, name)
+                except AttributeError:
+                    raise DocaUnavailable(f"{path} has no symbol {name} (DOCA 2.5 or newer is needed)") from None
                 fn.restype, fn.argtypes = restype, argtypes
                 setattr(self, name, self._checked(name, fn) if restype is _ERR else fn)
-
-    @staticmethod
-    def _symbol(lib, path, name, older):
-        for candidate in (name, *older):
-            try:
-                return getattr(lib, candidate)
-            except AttributeError:
-                continue
-        raise DocaUnavailable(f"{path} has no symbol {name} (DOCA 2.5 or newer is needed)")
 
     @staticmethod
     def _checked(name, fn):

@@ -5,8 +5,8 @@ payload), split into frames of at most the Comch max message size; the first byt
 frame says whether more frames follow (1) or it is the last (0). Comch keeps frames in
 order, so a :class:`Reassembler` per connection rebuilds messages, refusing one whose size
 exceeds the protocol's limit before buffering it. Used by
-:class:`~dpu_agent.doca.side.DocaSide` on both sides (and by the C++ agent's DOCA transport,
-``csrc/protocol.hpp``).
+:class:`~dpu_agent.doca.side.DocaSide` (the trainer side); the agent's DOCA transport frames
+the same way in C++ (``csrc/agent/doca_transport.cpp``, its reassembler in ``csrc/protocol.hpp``).
 """
 from __future__ import annotations
 

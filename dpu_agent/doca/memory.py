@@ -1,4 +1,4 @@
-"""Page-aligned memory for DOCA mmaps (both sides of the DOCA transport allocate it)."""
+"""Page-aligned memory for DOCA mmaps (the trainer's regions on the DOCA path)."""
 from __future__ import annotations
 
 import mmap

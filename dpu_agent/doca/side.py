@@ -1,4 +1,4 @@
-"""The common half of both DOCA sides: device, progress engine, Comch messaging, teardown."""
+"""The device, progress engine, Comch messaging and teardown of the trainer's DOCA endpoint."""
 from __future__ import annotations
 
 import ctypes
@@ -14,13 +14,13 @@ from .bindings import (CTX_IDLE, DOCA_ERROR_AGAIN, DOCA_ERROR_IN_PROGRESS, DOCA_
 
 
 class DocaSide(ABC):
-    """What both sides own: the device, one progress engine and a Comch endpoint that
-    carries messages (framing in :mod:`.framing`, send completion, receive queue).
+    """The device, one progress engine and the Comch messaging of one connection (framing
+    in :mod:`.framing`, send completion, receive queue).
 
-    Base of :class:`~dpu_agent.doca.host.DocaHostEndpoint` and
-    :class:`~dpu_agent.doca.agent.DocaAgentTransport`, which open their Comch client or
-    server and say whether the connection is up (:meth:`_connected`) and how a send task
-    is allocated on it (:meth:`_send_alloc`). Not used directly.
+    Base of :class:`~dpu_agent.doca.host.DocaHostEndpoint`, which opens the Comch client
+    and says whether the connection is up (:meth:`_connected`) and how a send task is
+    allocated on it (:meth:`_send_alloc`). Not used directly. The other end of the
+    connection, the agent, is the ``sni-agent`` binary's C++ (``csrc/agent/doca_transport.cpp``).
     """
 
     NUM_SEND_TASKS = 64
@@ -44,36 +44,23 @@ class DocaSide(ABC):
         self._recv_cb = RECV_CB(self._on_recv)
 
     # ------------------------------------------------------------ device & engine
-    @staticmethod
-    def _open_first(items, count: int, destroy, match, open_one) -> None:
-        """Open (``open_one``) the first of a DOCA list's ``count`` entries that ``match`` accepts;
-        the list is destroyed on every path. One walk for devices and representors."""
-        try:
-            for i in range(count):
-                if match(items[i]):
-                    open_one(items[i])
-                    break
-        finally:
-            destroy(items)
-
     def _open_device(self) -> None:
         """devinfo list -> the device with our PCI address -> DMA memcpy capable -> open."""
         d = self.doca
         devs, count = PTR_LIST(), c_uint32()
         d.doca_devinfo_create_list(byref(devs), byref(count))
-
-        def ours(info) -> bool:
-            equal = c_uint8()
-            d.doca_devinfo_is_equal_pci_addr(info, self.pci_addr.encode(), byref(equal))
-            return bool(equal.value)
-
-        def open_dev(info) -> None:
-            d.doca_dma_cap_task_memcpy_is_supported(info)
-            dev = c_void_p()
-            d.doca_dev_open(info, byref(dev))
-            self.dev = dev.value
-
-        self._open_first(devs, count.value, d.doca_devinfo_destroy_list, ours, open_dev)
+        try:
+            for i in range(count.value):
+                equal = c_uint8()
+                d.doca_devinfo_is_equal_pci_addr(devs[i], self.pci_addr.encode(), byref(equal))
+                if equal.value:
+                    d.doca_dma_cap_task_memcpy_is_supported(devs[i])
+                    dev = c_void_p()
+                    d.doca_dev_open(devs[i], byref(dev))
+                    self.dev = dev.value
+                    break
+        finally:
+            d.doca_devinfo_destroy_list(devs)
         if self.dev is None:
             raise DocaError("doca_devinfo_is_equal_pci_addr", DOCA_ERROR_NOT_FOUND,
                             f"no DOCA device has PCI address {self.pci_addr} ({count.value} devices found)")
@@ -204,8 +191,6 @@ class DocaSide(ABC):
     def _on_recv(self, event, buf, length, conn):
         """Message-received callback: one frame; a whole message lands in the inbox."""
         try:
-            if self._conn is not None and conn != self._conn:
-                return  # not our trainer (see DocaAgentTransport._on_connect)
             payload = self._frames.feed(ctypes.string_at(buf, length))
             if payload is not None:
                 self._inbox.append(payload)
@@ -231,7 +216,7 @@ class DocaSide(ABC):
             raise first
 
     def _close_engine(self) -> list:
-        """Steps that release the progress engine and the device (last in every teardown)."""
+        """Steps that release the progress engine and the device (last in the teardown)."""
         d = self.doca
 
         def pe():

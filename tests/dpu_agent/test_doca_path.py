@@ -17,7 +17,7 @@ import uuid
 import numpy as np
 import pytest
 
-from dpu_agent import doca, protocol
+from dpu_agent import doca
 from dpu_agent.binary import agent_command
 from dpu_agent.client import RemoteAgentClient
 from dpu_agent.tables import HistoryTable
@@ -75,11 +75,11 @@ def _bounded(fn, seconds=30.0):
     return out.get("value")
 
 
-def _start_agent(tmp_path):
-    """The real agent process in DPU mode plus a client driving it over DOCA."""
+def _start_agent(tmp_path, *args):
+    """The real agent process in DPU mode (``args``: more of its options) plus a client driving it over DOCA."""
     name = _service()
     log = open(tmp_path / f"{name}.log", "w+")
-    proc = subprocess.Popen([*agent_command(), "--doca", "--pci", PCI, "--name", name],
+    proc = subprocess.Popen([*agent_command(), "--doca", "--pci", PCI, "--name", name, *args],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
     try:
         endpoint = doca.DocaHostEndpoint(PCI, name, connect_timeout=30)
@@ -137,42 +137,6 @@ def test_unknown_device_and_absent_server(sim_dir):
     with pytest.raises(doca.DocaError, match=name) as info:
         doca.DocaHostEndpoint(PCI, name, connect_timeout=0.3)
     assert info.value.code == doca.DOCA_ERROR_TIME_OUT
-    with pytest.raises(doca.DocaError, match="no network representor with PCI address 99:00.0"):
-        doca.DocaAgentTransport(PCI, _service(), rep_pci="99:00.0")
-
-
-def test_round_trip_in_one_process(sim_dir):
-    """Both halves in this process: message framing in both directions, local DMA, checks."""
-    name = _service()
-    agent = doca.DocaAgentTransport(PCI, name)
-    host = doca.DocaHostEndpoint(PCI, name, connect_timeout=5)
-    try:
-        regions = host.new_table(3, 300, 8)
-        sampled = np.arange(9000) % 3 == 0  # several Comch frames
-        host.send(dict(op="add_table", table=3, num_rows=9000, dim=8, regions=regions, sampled=sampled,
-                       kind="gated", params=dict(window=3, beta=0.1, lam=0.3)))
-        msg = protocol.decode_request(_bounded(agent.recv, 10))
-        assert msg["op"] == "add_table" and msg["table"] == 3 and msg["kind"] == "gated"
-        assert np.array_equal(msg["sampled"], sampled) and msg["params"] == dict(window=3, beta=0.1, lam=0.3)
-        with pytest.raises(ValueError, match="region 'fresh'"):
-            agent.attach(4, 300, 9, msg["regions"])  # layout mismatch is refused
-        agent.attach(3, 300, 8, msg["regions"])
-        fresh = np.random.default_rng(1).random((300, 8), dtype=np.float32)
-        host.region(3, "fresh")[:] = fresh
-        _same_bits(agent.read(3, "fresh", 200), fresh[:200])
-        agent.write(3, "served", fresh[::-1])
-        _same_bits(host.region(3, "served"), fresh[::-1])
-        with pytest.raises(ValueError):
-            agent.write(3, "weight", np.zeros(301, np.float32))
-        stats = dict(predictor_s=1.5, tables=1, tracked_rows=300, predicted_slots=100)
-        agent.send(protocol.encode_reply(dict(op="stats", table=0, step=0.0), stats=stats))
-        assert host.poll(5.0)
-        assert host.recv()["stats"] == stats
-        assert not host.poll(0.05)
-    finally:
-        host.close()
-    assert _bounded(agent.recv, 10) is None  # the trainer went away
-    agent.close()
 
 
 # ----------------------------------------------------------------------------- the agent process
@@ -261,3 +225,68 @@ def test_killed_agent_raises_agent_error(sim_dir, tmp_path):
     finally:
         _bounded(client.close)
     assert proc.returncode == -signal.SIGKILL
+
+
+def test_agent_refuses_a_representor_the_device_lacks(sim_dir):
+    """The simulated device has one network representor, 0000:b1:00.0 (the host function)."""
+    for args, env in ((["--rep-pci", "99:00.0"], {}), ([], {"SNI_DOCA_REP_PCI": "99:00.0"})):
+        proc = subprocess.run([*agent_command(), "--doca", "--pci", PCI, "--name", _service(), *args],
+                              cwd=ROOT, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 1, proc.stderr
+        assert "device 03:00.0 has no network representor with PCI address 99:00.0" in proc.stderr, proc.stderr
+
+
+def test_agent_refuses_a_region_layout_mismatch_and_keeps_serving(sim_dir, tmp_path):
+    """Against the agent on the host function's representor: an add_table whose regions do not
+    fit its rows x dim is refused with an error reply and leaves no table behind (its id can be
+    added again); the agent then
+    serves a gated table with its own predictor parameters, whose sampled mask (which rows are
+    predicted) spans several Comch frames; the endpoint's poll sees each reply and nothing else;
+    a trainer that goes away without a close message ends the agent cleanly."""
+    client, proc, log = _start_agent(tmp_path, "--rep-pci", "b1:00.0")
+    host = client.endpoint
+    try:
+        regions = host.new_table(5, 300, 8)  # exported for 300 x 8 rows, announced as 300 x 9
+        host.send(dict(op="add_table", table=5, num_rows=300, dim=9, regions=regions,
+                       sampled=np.ones(300, bool), kind="cache", params={}))
+        assert _bounded(lambda: host.poll(10.0))
+        error = host.recv(10.0)["error"]
+        assert "table 5" in error and "trainer announced 9600 bytes, expected 10800" in error, error
+        host.send(dict(op="stats"))
+        assert _bounded(lambda: host.poll(10.0))
+        assert host.recv(10.0)["stats"]["tables"] == 0  # the refused table is not kept
+        assert not host.poll(0.05)  # no reply is owed
+        host.send(dict(op="add_table", table=5, num_rows=300, dim=8, regions=regions,  # its id again, as exported
+                       sampled=np.ones(300, bool), kind="cache", params={}))
+        assert _bounded(lambda: host.poll(10.0))
+        assert "error" not in host.recv(10.0)  # nothing of the refused attach was left to collide with
+
+        rng = np.random.default_rng(3)
+        params = dict(window=3, beta=0.1, lam=0.3)
+        sampled = rng.random(6000) < 0.5  # one byte a row: two frames of the simulated 4080 bytes
+        client.add_table(6, 6000, 4, sampled, "gated", **params)
+        ref = HistoryTable(6000, 4, sampled, "gated", **params)
+        default = HistoryTable(6000, 4, sampled, "gated")
+        path = _trajectory(rng, 6000, 4)
+        for step in (0.0, 1.0, 2.0, 3.0):
+            client.observe(6, step, path(step))
+            ref.observe(step, path(step))
+            default.observe(step, path(step))
+        rows, weight = _bounded(lambda: client.result(6, 5.0))
+        want_rows, want_weight = ref.serve(5.0)
+        _same_bits(rows, want_rows)
+        _same_bits(weight, want_weight)
+        assert not np.array_equal(default.serve(5.0)[0], want_rows)  # the parameters did travel
+        assert client.stats()["tables"] == 2
+    except BaseException:
+        _bounded(client.abort)
+        raise
+    host.close()  # the trainer goes away without a close message
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the agent kept running after its trainer went away: {_log_text(log)}")
+    assert proc.returncode == 0, _log_text(log)

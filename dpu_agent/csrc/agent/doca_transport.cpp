@@ -6,7 +6,7 @@
 // table for PCI read-write access and sends, per region, u64 host address | u64 bytes | export
 // descriptor inside add_table. Messages travel as Comch frames (1-byte marker: 1 more follow,
 // 0 last), reassembled by proto::Reassembler, which checks the header before buffering. One
-// trainer per agent (as the Python DOCA agent): after it has gone, next_peer() says stop.
+// trainer per agent: after it has gone, next_peer() says stop.
 // Comch only connects the host function the representor stands for, so there is no token.
 #include "doca_transport.hpp"
 
@@ -103,7 +103,17 @@ public:
 
     void attach(uint32_t table, uint64_t rows, uint32_t dim, const proto::Blob* regions) override {
         if (tables_.count(table)) throw TransportError("table " + std::to_string(table) + " is already attached");
-        Table& t = tables_[table];  // released by end_peer even if this fails half-way
+        Table& t = tables_[table];
+        try {
+            attach_regions(t, table, rows, dim, regions);
+        } catch (...) {  // a refused table leaves nothing behind: its id can be added again
+            for (Mapped& m : t.r) release(m);
+            tables_.erase(table);
+            throw;
+        }
+    }
+
+    void attach_regions(Table& t, uint32_t table, uint64_t rows, uint32_t dim, const proto::Blob* regions) {
         try {
             for (uint32_t k = 0; k < proto::kNumRegions; ++k) {
                 const proto::Blob& b = regions[k];
