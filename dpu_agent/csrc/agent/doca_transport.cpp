@@ -113,6 +113,33 @@ public:
         }
     }
 
+    void read(uint32_t table, Region r, void* dst, uint64_t bytes) override {
+        Mapped& m = get(table, r, bytes);
+        dma(m.remote, m.remote_addr, m.local, reinterpret_cast<uint64_t>(m.local_addr), bytes);
+        std::memcpy(dst, m.local_addr, bytes);
+    }
+
+    void write(uint32_t table, Region r, const void* src, uint64_t bytes) override {
+        Mapped& m = get(table, r, bytes);
+        std::memcpy(m.local_addr, src, bytes);
+        dma(m.local, reinterpret_cast<uint64_t>(m.local_addr), m.remote, m.remote_addr, bytes);
+    }
+
+    void end_peer() override {
+        for (auto& kv : tables_)
+            for (Mapped& m : kv.second.r) release(m);
+        tables_.clear();
+    }
+
+private:
+    struct Mapped {
+        doca::P remote = nullptr, local = nullptr;
+        uint64_t remote_addr = 0, bytes = 0, length = 0;
+        uint8_t* local_addr = nullptr;
+    };
+    struct Table { Mapped r[proto::kNumRegions]; };
+
+    // Maps the trainer's regions of one table (attach; on an exception the caller releases them).
     void attach_regions(Table& t, uint32_t table, uint64_t rows, uint32_t dim, const proto::Blob* regions) {
         try {
             for (uint32_t k = 0; k < proto::kNumRegions; ++k) {
@@ -143,32 +170,6 @@ public:
             throw TransportError(e.what());
         }
     }
-
-    void read(uint32_t table, Region r, void* dst, uint64_t bytes) override {
-        Mapped& m = get(table, r, bytes);
-        dma(m.remote, m.remote_addr, m.local, reinterpret_cast<uint64_t>(m.local_addr), bytes);
-        std::memcpy(dst, m.local_addr, bytes);
-    }
-
-    void write(uint32_t table, Region r, const void* src, uint64_t bytes) override {
-        Mapped& m = get(table, r, bytes);
-        std::memcpy(m.local_addr, src, bytes);
-        dma(m.local, reinterpret_cast<uint64_t>(m.local_addr), m.remote, m.remote_addr, bytes);
-    }
-
-    void end_peer() override {
-        for (auto& kv : tables_)
-            for (Mapped& m : kv.second.r) release(m);
-        tables_.clear();
-    }
-
-private:
-    struct Mapped {
-        doca::P remote = nullptr, local = nullptr;
-        uint64_t remote_addr = 0, bytes = 0, length = 0;
-        uint8_t* local_addr = nullptr;
-    };
-    struct Table { Mapped r[proto::kNumRegions]; };
 
     // ---------------------------------------------------------------- helpers
     static uint64_t page() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
