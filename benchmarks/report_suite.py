@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import glob
 import io
+import json
 import os
 import platform
 import shutil
@@ -26,30 +27,17 @@ from benchmarks.record import RECORD, MissingRun, Recorder, Replay
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS = os.path.join(ROOT, "benchmarks", "results")
 
-# the methods of the comparison: bench_e2e configurations (interval 1 first: the others are judged against it)
-METHODS = [
-    dict(name="interval1", preset="exact"),
-    dict(name="int1-masks", preset="exact", dropout_stream=1),
-    dict(name="fast", preset="fast"),
-    dict(name="cache-no-averaging", preset="fast", row_average=0.0, grad_average=0.0, smooth=0.0),
-    dict(name="linear-trend", preset="fast", predictor="linear-trend", row_average=0.0, grad_average=0.0,
-         smooth=0.0, stale_halo="rows"),
-    dict(name="pipelined", preset="fast", sync_policy="pipeline"),
-    dict(name="exact-8bit", preset="exact", quantize=8),
-    dict(name="exact-4bit", preset="exact", quantize=4),
-    dict(name="bns-0.1", preset="exact", halo_sample=0.1),
-    dict(name="bns-0.3", preset="exact", halo_sample=0.3),
-    # the peers in their own settings (the rows above put the stale ones in fast's)
-    dict(name="sancus-own", preset="fast", sync_policy="drift", sync_interval=4, row_average=0.0, grad_average=0.0,
-         smooth=0.0, quantize=0, stale_halo="rows"),
-    dict(name="sni-paper-3", preset="fast", sync_interval=3, warmup=20, predictor="linear-trend", sampling_ratio=0.3,
-         row_average=0.0, grad_average=0.0, smooth=0.0, stale_halo="rows", quantize=0),
-    dict(name="sni-paper-5", preset="fast", sync_interval=5, warmup=20, predictor="linear-trend", sampling_ratio=0.3,
-         row_average=0.0, grad_average=0.0, smooth=0.0, stale_halo="rows", quantize=0),
-]
+# the methods of the comparison: bench_e2e configurations (interval 1 first: the others are judged
+# against it), declared in benchmarks/configs/peers.json so that one command trains them over seeds:
+#   python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit \
+#       --configs benchmarks/configs/peers.json --seeds 0,1,2
+# (the rows after bns-0.3 are the peers in their own settings; those before, in fast's)
+PEERS_CONFIG = os.path.join(ROOT, "benchmarks", "configs", "peers.json")
+with open(PEERS_CONFIG) as _fh:
+    METHODS = json.load(_fh)
 SETTING = {  # which setting each row of the comparison is in
     "cache-no-averaging": "fast's", "linear-trend": "fast's", "pipelined": "fast's", "exact-8bit": "own",
-    "exact-4bit": "own", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own", "sni-paper-3": "own",
+    "exact-4bit": "own", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own", "pipegcn-own": "own", "sni-paper-3": "own",
     "sni-paper-5": "own",
 }
 WHAT = {
@@ -67,6 +55,8 @@ WHAT = {
     "sancus-own": "SANCUS's own setting, as near as the project has it: float32 cached rows, no averaging or smoothing, "
                   "a sync whenever the exchanged layers' weights moved more than 5% since the last one, at least every "
                   "4th epoch (SANCUS skips a broadcast while its embeddings' change stays under a bound)",
+    "pipegcn-own": "PipeGCN's own setting (PipeGCN-GF): every epoch pipelined from the first, float32, the "
+                   "one-epoch-old halo rows and gradients each averaged over epochs with 0.95 (its smoothing)",
     "sni-paper-3": "the SNI paper's setting: interval 3, a 20-epoch warm-up, the linear trend on the 30% most "
                    "connected halo rows, the cache on the others, float32, no averaging",
     "sni-paper-5": "the same at interval 5",
@@ -408,4 +398,5 @@ def replay(name: str, root: str = RECORD) -> dict:
     data.update(invocation)
     data["cost_model"] = cost_model(source, data["scaling"])
     data["sweeps"] = [seed_sweeps.summarize(s) for s in seed_sweeps.SWEEPS]
+    data["peers_over_seeds"] = seed_sweeps.summarize_peers()
     return data

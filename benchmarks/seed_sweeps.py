@@ -130,3 +130,74 @@ def table(rows: list) -> list:
             f"({min(r['final_test_delta']):+.4f}) | {r['epochs_per_sync']:.1f} | >= {t['sooner']}x, <= "
             f"{t['epochs_ratio']}x epochs, test within {t['test_margin']} | {'yes' if r['holds'] else '**no**'} |")
     return lines
+
+
+@dataclass(frozen=True)
+class PeerComparison:
+    """Every method of the results report's comparison (``benchmarks/configs/peers.json``) over
+    seeds on one graph at 1 Gbit/s, from committed ``bench_e2e.py --seeds`` result files.
+    ``families``: each peer's rows (in ``fast``'s setting and in its own), of which ``fast`` is
+    compared against the best."""
+    graph: str
+    files: tuple
+    families: tuple = (("SANCUS", ("cache-no-averaging", "sancus-own")),
+                       ("the SNI paper", ("linear-trend", "sni-paper-3", "sni-paper-5")),
+                       ("PipeGCN", ("pipelined", "pipegcn-own")),
+                       ("AdaQP", ("exact-8bit", "exact-4bit")),
+                       ("BNS-GCN", ("bns-0.1", "bns-0.3")))
+
+
+PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k.json",))
+
+
+def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
+    """Per method its figures over the seeds (``None`` where the files are not committed), and per
+    family the best row (highest median x sooner; a run that never reached counts 0) with
+    ``fast``'s median against it."""
+    if not all(os.path.exists(os.path.join(MEASURED, f)) for f in comp.files):
+        return None
+    part = _load(Sweep("peers", comp.graph, comp.files))
+    seeds = sorted(part["by_seed"], key=int)
+    names = [r["name"] for r in part["by_seed"][seeds[0]]["runs"]]
+    rows = {}
+    for name in names:
+        runs = [next(r for r in part["by_seed"][s]["runs"] if r["name"] == name) for s in seeds]
+        rows[name] = dict(
+            sooner=[r.get("time_to_target_speedup") or 0.0 for r in runs],
+            epoch=[r["epoch_speedup"] for r in runs] if name != "interval1" else [1.0] * len(runs),
+            epochs_ratio=[r.get("epochs_to_target_ratio") for r in runs],
+            final_test_delta=[r["final_test_delta"] for r in runs])
+    fast = statistics.median(rows["fast"]["sooner"])
+    families = []
+    for family, members in comp.families:
+        present = [m for m in members if m in rows]
+        if not present:
+            continue
+        best = max(present, key=lambda m: statistics.median(rows[m]["sooner"]))
+        peer = statistics.median(rows[best]["sooner"])
+        families.append(dict(peer=family, best=best, best_sooner=peer, fast_over_best=fast / peer if peer else None))
+    return dict(graph=comp.graph, seeds=[int(s) for s in seeds], rows=rows, families=families, fast=fast)
+
+
+def peer_table(summary: dict, setting: dict) -> list:
+    """Markdown lines: one row per method over seeds (``setting``: method -> "own" or "fast's"),
+    then fast against the best row of each peer."""
+    null = summary["rows"].get("int1-masks")
+    spread = f"{min(null['sooner']):.2f}-{max(null['sooner']):.2f}" if null else None
+    lines = ["| method | setting | x epoch, median | x sooner, median (range) | epochs to target vs interval 1, "
+             "median (max) | final test vs interval 1, mean (lowest) |", "|---|---|---|---|---|---|"]
+    for name, r in summary["rows"].items():
+        ratio = [x for x in r["epochs_ratio"] if x is not None]
+        ratio_text = (f"{statistics.median(ratio):.2f} ({max(ratio):.2f})" if ratio else "never") + \
+            ("; never in some" if ratio and len(ratio) < len(r["epochs_ratio"]) else "")
+        within = null and name not in ("interval1", "int1-masks") and \
+            min(null["sooner"]) <= statistics.median(r["sooner"]) <= max(null["sooner"])
+        lines.append(f"| `{name}` | {setting.get(name, '-')} | {statistics.median(r['epoch']):.2f} | "
+                     f"{_range(r['sooner'])}{' (within the null)' if within else ''} | {ratio_text} | "
+                     f"{statistics.mean(r['final_test_delta']):+.4f} ({min(r['final_test_delta']):+.4f}) |")
+    lines += ["", f"The null (interval 1 again with other dropout masks) spans {spread}x." if spread else "", ""]
+    lines += ["| peer | its best row here | its x sooner, median | `fast`'s x sooner over it |", "|---|---|---|---|"]
+    for f in summary["families"]:
+        over = "never reached (the peer)" if f["fast_over_best"] is None else f"{f['fast_over_best']:.2f}"
+        lines.append(f"| {f['peer']} | `{f['best']}` | {_speed(f['best_sooner'])} | {over} |")
+    return lines

@@ -36,3 +36,25 @@ def test_every_committed_sweep_reads():
     for sweep in ss.SWEEPS:
         row = ss.summarize(sweep)
         assert len(row["seeds"]) >= 1 and len(row["sooner"]) == len(row["seeds"])
+
+
+def test_the_peers_over_seeds_and_fast_against_each_peers_best_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(ss, "MEASURED", str(tmp_path))
+    seeds = {s: [_run("int1-masks", 0.9 + 0.1 * s, 1.0, 0.0), _run("fast", 3.0 - 0.5 * s, 1.1, 0.001),
+                 _run("cache-no-averaging", None, None, -0.03), _run("sancus-own", 1.2 + 0.2 * s, 1.3, -0.002),
+                 _run("bns-0.1", 1.0, 1.0, 0.0)]
+             for s in (0, 1, 2)}
+    _file(tmp_path / "p.json", seeds)
+    comp = ss.PeerComparison("g", ("p.json",), families=(("SANCUS", ("cache-no-averaging", "sancus-own")),
+                                                          ("PipeGCN", ("pipelined", "pipegcn-own")),
+                                                          ("BNS-GCN", ("bns-0.1", "bns-0.3"))))
+    out = ss.summarize_peers(comp)
+    assert out["fast"] == 2.5 and out["rows"]["cache-no-averaging"]["sooner"] == [0.0, 0.0, 0.0]
+    # SANCUS's best row is its own setting (median 1.4, the cache never reached); a peer without rows is left out
+    assert [(f["peer"], f["best"]) for f in out["families"]] == [("SANCUS", "sancus-own"), ("BNS-GCN", "bns-0.1")]
+    assert abs(out["families"][0]["fast_over_best"] - 2.5 / 1.4) < 1e-12
+    text = "\n".join(ss.peer_table(out, {"sancus-own": "own", "bns-0.1": "own"}))
+    assert "| `bns-0.1` | own | 2.00 | 1.00 (1.00-1.00) (within the null) |" in text  # the null spans 0.9-1.1
+    assert "| `cache-no-averaging` | - | 2.00 | never (never-never) | never |" in text
+    assert "| SANCUS | `sancus-own` | 1.40 | 1.79 |" in text
+    assert ss.summarize_peers(ss.PeerComparison("g", ("absent.json",))) is None
