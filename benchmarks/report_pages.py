@@ -318,6 +318,27 @@ def peer_section(peer: dict | None) -> list:
     return lines + ["", f"Target: interval 1's best validation accuracy minus 0.01 ({peer['target_val_acc']:.4f}).", ""]
 
 
+def _peers_line(peers: dict | None) -> list:
+    """The README's line on the peers: ``fast``'s median time to target against each peer's best row."""
+    if not peers:
+        return []
+    ratios, never = [], []
+    for f in peers["families"]:
+        x = f["fast_over_best"]
+        if x is None:
+            never.append(f"{f['peer']}'s rows ({', '.join(f'`{m}`' for m in f['rows'])})")
+        else:
+            ratios.append(f"{x:.2f}x shorter than {f['peer']}'s (`{f['best']}`)" if x >= 1 else
+                          f"{1 / x:.2f}x longer than {f['peer']}'s (`{f['best']}`)")
+    text = (f"Against the peers' in-project versions on {peers['graph']} (seeds {', '.join(map(str, peers['seeds']))}; "
+            "each peer in its own setting and in `fast`'s, its best row taken): ")
+    if ratios:
+        text += f"`fast`'s median time to the target is {', '.join(ratios)}"
+    if never:
+        text += ("; " if ratios else "") + f"{' and '.join(never)} did not reach the target"
+    return ["", text + " (table in [docs/RESULTS.md](docs/RESULTS.md))."]
+
+
 def _headline(data: dict, readme: str = README) -> None:
     """The README's headline: ``fast`` for each model over seeds, and which targets hold."""
     rows = data["sweeps"]
@@ -326,7 +347,8 @@ def _headline(data: dict, readme: str = README) -> None:
     block = [HEADLINE[0], "Time to exact training's accuracy with `--preset fast` against exact training (interval 1), "
              "4 emulated machines at 1 Gbit/s sharing 2 cores; medians over seeds with their range and the null beside "
              "them (from [docs/RESULTS.md](docs/RESULTS.md)):", "", *seed_sweeps.table(rows), "",
-             f"Targets that hold: {', '.join(held) or 'none'}. Missed: {', '.join(missed) or 'none'}.", HEADLINE[1]]
+             f"Targets that hold: {', '.join(held) or 'none'}. Missed: {', '.join(missed) or 'none'}.",
+             *_peers_line(data.get("peers_over_seeds")), HEADLINE[1]]
     with open(readme) as fh:
         text = fh.read()
     if HEADLINE[0] not in text:

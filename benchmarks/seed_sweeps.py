@@ -98,7 +98,9 @@ def _speed(value: float) -> str:
 def _range(values: list) -> str:
     """The median, and the range where there are several seeds (a run that never reached: 0)."""
     head = _speed(statistics.median(values))
-    return head if len(values) == 1 else f"{head} ({_speed(min(values))}-{_speed(max(values))})"
+    if len(values) == 1 or max(values) == 0:  # one seed, or none reached the target
+        return head
+    return f"{head} ({_speed(min(values))}-{_speed(max(values))})"
 
 
 def references(rows: list) -> list:
@@ -175,7 +177,10 @@ def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
             continue
         best = max(present, key=lambda m: statistics.median(rows[m]["sooner"]))
         peer = statistics.median(rows[best]["sooner"])
-        families.append(dict(peer=family, best=best, best_sooner=peer, fast_over_best=fast / peer if peer else None))
+        if not peer:  # no row of the peer reached the target on most seeds: none is its best
+            best = None
+        families.append(dict(peer=family, best=best, rows=present, best_sooner=peer,
+                             fast_over_best=fast / peer if peer else None))
     return dict(graph=comp.graph, seeds=[int(s) for s in seeds], rows=rows, families=families, fast=fast)
 
 
@@ -198,6 +203,9 @@ def peer_table(summary: dict, setting: dict) -> list:
     lines += ["", f"The null (interval 1 again with other dropout masks) spans {spread}x." if spread else "", ""]
     lines += ["| peer | its best row here | its x sooner, median | `fast`'s x sooner over it |", "|---|---|---|---|"]
     for f in summary["families"]:
-        over = "never reached (the peer)" if f["fast_over_best"] is None else f"{f['fast_over_best']:.2f}"
-        lines.append(f"| {f['peer']} | `{f['best']}` | {_speed(f['best_sooner'])} | {over} |")
+        if f["best"] is None:
+            rows = ", ".join(f"`{m}`" for m in f["rows"])
+            lines.append(f"| {f['peer']} | none: {rows} did not reach the target (median) | never | - |")
+        else:
+            lines.append(f"| {f['peer']} | `{f['best']}` | {_speed(f['best_sooner'])} | {f['fast_over_best']:.2f} |")
     return lines

@@ -124,3 +124,14 @@ def test_dgl_examples_accuracy_stands_beside_full_graph_training(tmp_path):
     doc = (tmp_path / "RESULTS.md").read_text()
     assert "test accuracy after epochs 25: 0.8000, 50: 0.8200; its best, 0.8200, after 3.5 s" in doc
     assert "interval1 0.8800 (its target after 1.2 s), fast 0.8700 (its target after 0.2 s)" in doc
+
+
+def test_the_readme_line_on_the_peers_says_shorter_longer_or_never():
+    peers = dict(graph="g", seeds=[0, 1], families=[
+        dict(peer="A", best="a-own", best_sooner=1.25, fast_over_best=2.0),
+        dict(peer="B", best="b", best_sooner=4.0, fast_over_best=0.5),
+        dict(peer="C", best=None, rows=["c", "c-own"], best_sooner=0.0, fast_over_best=None)])
+    line = pages._peers_line(peers)[1]
+    assert "`fast`'s median time to the target is 2.00x shorter than A's (`a-own`), 2.00x longer than B's (`b`); " \
+        "C's rows (`c`, `c-own`) did not reach the target" in line
+    assert pages._peers_line(None) == []

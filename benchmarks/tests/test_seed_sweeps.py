@@ -55,6 +55,12 @@ def test_the_peers_over_seeds_and_fast_against_each_peers_best_row(tmp_path, mon
     assert abs(out["families"][0]["fast_over_best"] - 2.5 / 1.4) < 1e-12
     text = "\n".join(ss.peer_table(out, {"sancus-own": "own", "bns-0.1": "own"}))
     assert "| `bns-0.1` | own | 2.00 | 1.00 (1.00-1.00) (within the null) |" in text  # the null spans 0.9-1.1
-    assert "| `cache-no-averaging` | - | 2.00 | never (never-never) | never |" in text
+    assert "| `cache-no-averaging` | - | 2.00 | never | never |" in text
     assert "| SANCUS | `sancus-own` | 1.40 | 1.79 |" in text
     assert ss.summarize_peers(ss.PeerComparison("g", ("absent.json",))) is None
+    # a peer none of whose rows reached the target has no best row
+    comp = ss.PeerComparison("g", ("p.json",), families=(("X", ("cache-no-averaging",)),))
+    assert ss.summarize_peers(comp)["families"] == [dict(peer="X", best=None, rows=["cache-no-averaging"],
+                                                         best_sooner=0.0, fast_over_best=None)]
+    assert "| X | none: `cache-no-averaging` did not reach the target (median) | never | - |" in \
+        "\n".join(ss.peer_table(ss.summarize_peers(comp), {}))
