@@ -8,7 +8,8 @@ encode, decode: :mod:`dgl_sni.halo.exchange`). The plan says, for the step:
   (the previous step's rows; this step's travel meanwhile); ``training`` tells an
   evaluation pass apart (exact: it pulls fresh rows unless ``--stale-eval``);
 * ``bits`` on the wire (0: float32; evaluation always moves float32 rows) and the
-  ``smoothing`` the stale path averages syncs with;
+  ``smoothing`` the stale path averages syncs with (on a pipelined step: what its one-step-old
+  rows and gradients are averaged over steps with, PipeGCN's smoothing);
 * whether the input layer takes the sum of its halo rows (``input_sum``);
 
 and for every exchanged layer ``l >= 1`` a :class:`LayerPlan`: the :class:`Source` of its
