@@ -50,7 +50,7 @@ WHAT = {
     "exact-8bit": "AdaQP's compression alone: interval 1 with 8-bit rows and gradients",
     "exact-4bit": "interval 1 with 4-bit rows and gradients",
     "bns-0.1": "BNS-GCN-like boundary node sampling: each epoch pulls a random 10% of the hidden layers' halo rows "
-               "by id (scaled by 1/p) and pushes only their gradients; the input layer keeps every halo feature",
+               "(scaled by 1/p) and pushes only their gradients; the input layer keeps every halo feature",
     "bns-0.3": "the same with 30% of the halo rows",
     "sancus-own": "SANCUS's own setting, as near as the project has it: float32 cached rows, no averaging or smoothing, "
                   "a sync whenever the exchanged layers' weights moved more than 5% since the last one, at least every "

@@ -181,10 +181,7 @@ class WorkerSession:
                               pipeline_smoothing=cfg.sni.smooth if pipelined else 0.0)
         wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
                         published=self.rows_peers_read(cfg.model.arch),
-                        barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive")
-                        or bool(cfg.sni.halo_sample))
-        if cfg.sni.halo_sample:
-            wire.accumulate_pushes()  # sampled gradients are pushed by id: their owners add them up
+                        barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive"))
         exchange = KVHaloExchange(wire, planner)
         if cfg.tier.storage_tier:
             trainer = self._tier_trainer(cfg, view, num_classes, exchange)

@@ -21,7 +21,8 @@ rows travel while the trainer computes the layers above, the backward pass and t
 optimiser step. Steps alternate between two sets of tensors
 (:meth:`~dgl_sni.halo.tensors.LayerTensors.for_step`), so no write meets a read still in
 flight; pipelined runs (and the adaptive policy, whose pulls by id are DistTensor reads)
-also meet at a barrier after each write.
+also meet at a barrier after each write. Sampled steps (``--halo-sample``) move their share
+of the rows through the registered sets, as exact steps do (no barrier).
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ class KVHaloExchange:
         self.num_owned = wire.num_owned
         self.plan: StepPlan | None = None
         self._started = {}  # layer -> a sync step's pull sent before the layer needs its rows
-        self._picked = np.empty(0, dtype=np.int64)  # the halo rows a sampled step pulls (--halo-sample)
+        self._picked = None  # the halo rows a sampled step moves (--halo-sample), an id_sets.SetSample
         self._in_flight = {}  # layer -> the pull a pipelined step left on the wire
         self._grad_pending = False  # pushes of the last pipelined step not yet flushed
         self._last_rows = {}  # layer -> the halo rows of the last training step (pipelined runs)
@@ -185,7 +186,7 @@ class KVHaloExchange:
             raise RuntimeError(f"layer {layer}'s halo rows were not fetched: the plan gave it their kept sum")
         if lp.source is Source.SAMPLED:
             wire.publish(layer, publish)
-            rows = wire.pull_sampled(layer, self._picked, self.planner.sample)
+            rows = wire.pull_sampled(layer, self._picked)
             return Resolved(rows, np.full(rows.shape[0], int(Origin.PULLED), dtype=np.uint8))
         pending = self._started.pop(layer, None)
         if pending is None:
@@ -304,7 +305,7 @@ class KVHaloExchange:
                 self._averaged_layers["grads"].add(layer)
                 grad_halo = average
         if lp.source is Source.SAMPLED:
-            self.wire.push_sampled(layer, grad_halo, self._picked, self.planner.sample)
+            self.wire.push_sampled(layer, grad_halo, self._picked)
         elif lp.grad in (Grad.PUSH, Grad.DEFERRED):
             self.wire.push(layer, grad_halo)
         elif lp.measure_grad:  # the step trains without them: sent to be measured only
@@ -322,10 +323,7 @@ class KVHaloExchange:
                 self.wire.end_round(layer)
                 self.planner.measure_grad(layer, used, self.wire.received(layer))
             return used
-        if lp.source is Source.SAMPLED:
-            self.wire.fence_sampled(layer, self._picked)
-        else:
-            self.wire.end_round(layer)  # every gradient the others sent for the owned rows is applied
+        self.wire.end_round(layer)  # every gradient the others sent for the owned rows is applied
         received = self.wire.received(layer)
         if lp.keep_previous:
             self._last_grad[layer] = received  # the first pipelined step uses it

@@ -33,6 +33,11 @@ set has pushed that many times. Neither needs the trainers to meet (a barrier: e
 trainer waits for the slowest, one collective per layer and direction); a pull waits
 only for the rows it reads.
 
+A step that samples its halo rows (boundary node sampling, ``--halo-sample``) pulls and
+pushes a random share of each set through the same requests: the request carries the
+share and a seed (``draw``, one per owner), and the owner's server draws the same members
+the trainer drew (:func:`sampled`), so no ids travel and no one meets either.
+
 These are DGL RPC services (:func:`register_services`: every process of a job, servers
 before their loop starts). Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
 """
@@ -40,6 +45,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 import dgl_sni  # noqa: F401  (DGL shims first)
@@ -64,6 +70,13 @@ _published: dict = {}  # server side: tensor name -> {writer rank: writes announ
 _writers: dict = {}  # server side: tensor name -> trainers writing this machine's shard
 _pushes: dict = {}  # server side: tensor name -> set pushes applied
 _held: dict = {}  # server side: tensor name -> [(ready(), client rank, group, msg_seq, answer())]
+
+
+def sampled(draw: int, count: int, share: float) -> np.ndarray:
+    """The positions (sorted) of the members of a set of ``count`` that a sampled request with
+    seed ``draw`` moves: each with probability ``share``, drawn from ``draw`` alone, so the
+    trainer and the owner's server draw the same ones."""
+    return np.flatnonzero(np.random.default_rng(draw).random(count) < share)
 
 
 def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
@@ -99,17 +112,20 @@ class PullSetRequest(FieldState, rpc.Request):
     """The rows of tensor ``name`` in trainer ``rank``'s set ``key``, in registered order,
     once the trainers writing this machine's shard announced ``after`` writes of it
     (:class:`PublishedRequest`; 0: at once). ``group``: the trainer's client group (a
-    held pull is answered from another request)."""
+    held pull is answered from another request). ``share`` below 1: only the members
+    :func:`sampled` draws from ``draw``."""
 
     name: str
     rank: int
     key: str
     after: int = 0
     group: int = 0
+    share: float = 1.0
+    draw: int = 0
 
     def process_request(self, server_state):
         kv = server_state.kv_store
-        offsets = _offsets(kv, self.name, self.rank, self.key)  # an unknown set fails now, not when answered
+        offsets = _sampled_offsets(kv, self)  # an unknown set fails now, not when answered
 
         def answer():
             handler = kv.pull_handlers[self.name]
@@ -118,6 +134,15 @@ class PullSetRequest(FieldState, rpc.Request):
             return SetRowsResponse(handler(kv.data_store, self.name, offsets))
         return _answer_or_hold(self.name, lambda: _announced_writes(self.name) >= self.after,
                                self.rank, self.group, answer)
+
+
+def _sampled_offsets(kv, request) -> torch.Tensor:
+    """The shard offsets a pull or push of a registered set moves: every member's, or the
+    ones its share and draw sample."""
+    offsets = _offsets(kv, request.name, request.rank, request.key)
+    if request.share >= 1.0:
+        return offsets
+    return offsets[torch.from_numpy(sampled(request.draw, offsets.numel(), request.share))]
 
 
 def gather_rows(data: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
@@ -131,17 +156,24 @@ def gather_rows(data: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
 
 @dataclass(eq=False)
 class PushSetRequest(FieldState, rpc.Request):
-    """Apply ``data`` (one row per member, in registered order) to tensor ``name`` with its
-    push handler; no answer (as DGL's pushes)."""
+    """Apply ``data`` (one row per member, in registered order; with ``share`` below 1 one per
+    member :func:`sampled` draws from ``draw``) to tensor ``name`` with its push handler; no
+    answer (as DGL's pushes). Every trainer sends one per owner and round, empty ones too:
+    they count the round (:class:`AwaitPushesRequest`)."""
 
     name: str
     rank: int
     key: str
     data: torch.Tensor
+    share: float = 1.0
+    draw: int = 0
 
     def process_request(self, server_state):
         kv = server_state.kv_store
-        offsets = _offsets(kv, self.name, self.rank, self.key)
+        offsets = _sampled_offsets(kv, self)
+        if offsets.numel() != self.data.shape[0]:
+            raise ValueError(f"a push to halo id set {self.key!r} of trainer {self.rank} has {self.data.shape[0]} "
+                             f"rows for {offsets.numel()} members")
         kv.push_handlers[self.name](kv.data_store, self.name, offsets, self.data)
         _pushes[self.name] = _pushes.get(self.name, 0) + 1
         _release(self.name)
@@ -294,29 +326,56 @@ class HaloIdSet:
         for _ in range(count):
             rpc.recv_response()
 
+    def sample(self, share: float, words) -> SetSample:
+        """A random share of the members, each with probability ``share``: per owner, the ones
+        :func:`sampled` draws from a seed of ``words`` (integers) and the owner's server, which
+        its server draws again from the seed the requests carry."""
+        draws, where = [], []
+        for server, positions in self.parts:
+            draw = int(np.random.SeedSequence([*map(int, words), server]).generate_state(1, np.uint64)[0])
+            if isinstance(positions, slice):
+                positions = torch.arange(positions.start, positions.stop)
+            count = positions.numel()
+            draws.append(draw)
+            where.append(positions[torch.from_numpy(sampled(draw, count, share))])
+        return SetSample(share, draws, where)
+
     def pull(self, name: str, template: torch.Tensor) -> torch.Tensor:
         """Every member row of tensor ``name`` (rows shaped and typed like ``template``'s)."""
         return self.send_pull(name, template).wait()
 
-    def send_pull(self, name: str, template: torch.Tensor) -> PendingPull:
-        """Send the requests of :meth:`pull`; the rows arrive at :meth:`PendingPull.wait`."""
-        rows = torch.empty((self.size,) + tuple(template.shape[1:]), dtype=template.dtype)
+    def send_pull(self, name: str, template: torch.Tensor, sample: SetSample | None = None) -> PendingPull:
+        """Send the requests of :meth:`pull` (``sample``: only its members; the others' rows
+        are zero); the rows arrive at :meth:`PendingPull.wait`."""
+        shape = (self.size,) + tuple(template.shape[1:])
+        rows = torch.empty(shape, dtype=template.dtype) if sample is None else torch.zeros(shape, dtype=template.dtype)
         parts = []
         after, group = _announced.get(name, 0), rpc.get_group_id()
-        for server, where in self.parts:
-            rpc.send_request(server, PullSetRequest(name, self.rank, self.key, after, group))
+        for i, (server, where) in enumerate(self.parts):
+            if sample is None:
+                request = PullSetRequest(name, self.rank, self.key, after, group)
+            else:
+                request = PullSetRequest(name, self.rank, self.key, after, group, sample.share, sample.draws[i])
+                where = sample.where[i]
+            rpc.send_request(server, request)
             parts.append((rpc.get_msg_seq() - 1, where))  # the request took the number before it
         pull = PendingPull(rows, parts)
         for seq, _ in parts:
             _pending[seq] = pull
         return pull
 
-    def push(self, name: str, data: torch.Tensor) -> None:
-        """Send one row of ``data`` per member to its owner's push handler (not flushed)."""
+    def push(self, name: str, data: torch.Tensor, sample: SetSample | None = None) -> None:
+        """Send one row of ``data`` per member (``sample``: per member it holds; ``data`` still
+        has a row for every member) to its owner's push handler (not flushed)."""
         if data.shape[0] != self.size:
             raise ValueError(f"a push to halo id set {self.key!r} needs {self.size} rows, got {data.shape[0]}")
-        for server, where in self.parts:
-            rpc.send_request(server, PushSetRequest(name, self.rank, self.key, data[where].contiguous()))
+        for i, (server, where) in enumerate(self.parts):
+            if sample is None:
+                request = PushSetRequest(name, self.rank, self.key, data[where].contiguous())
+            else:
+                request = PushSetRequest(name, self.rank, self.key, data.index_select(0, sample.where[i]),
+                                         sample.share, sample.draws[i])
+            rpc.send_request(server, request)
 
     def flush(self) -> None:
         """Return once every owner has handled everything this trainer sent it."""
@@ -344,6 +403,21 @@ class HaloIdSet:
         for server in self.local_servers:
             rpc.send_request(server, AwaitPushesRequest(name, self.key, rounds, self.rank, group))
         self._answers(len(self.local_servers))
+
+
+@dataclass(frozen=True)
+class SetSample:
+    """The members of a :class:`HaloIdSet` one sampled step moves (:meth:`HaloIdSet.sample`):
+    per owner, the seed its requests carry and the members' positions (sorted)."""
+
+    share: float
+    draws: list
+    where: list
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """Every sampled member's position."""
+        return torch.cat(self.where) if self.where else torch.empty(0, dtype=torch.int64)
 
 
 class PendingPull:

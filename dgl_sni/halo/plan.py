@@ -90,7 +90,7 @@ class Source(str, enum.Enum):
     KEPT_SUM = "kept-sum"  # no rows: the sum kept at the last sync (the cache has not changed since)
     PREVIOUS = "previous"  # the previous training step's rows; this step's pull stays on the wire
     TRUE = "true"  # a stale step measured against the truth (--stale-truth): pulled now, not observed
-    SAMPLED = "sampled"  # a random share pulled by id, the others left out (--halo-sample, BNS-GCN)
+    SAMPLED = "sampled"  # a random share pulled, the others left out (--halo-sample, BNS-GCN)
 
 
 class Grad(str, enum.Enum):
@@ -294,8 +294,8 @@ class HaloPlanner:
             form = Form.SUM
         elif not takes.apart or mode == "pipelined" or self.tier_backed or source is Source.SAMPLED:
             # a layer that takes whole rows (attention, a DGL layer); a pipelined step's pushes
-            # complete at its end; the tier reads rows unit by unit; sampled rows are pulled by
-            # id when the layer asks
+            # complete at its end; the tier reads rows unit by unit; sampled rows are pulled
+            # when the layer asks
             form = Form.ROWS
         else:
             form = Form.APART

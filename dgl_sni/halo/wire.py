@@ -25,7 +25,7 @@ from dgl.distributed import DistTensor
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
-from .id_sets import HaloIdSet, PendingPull
+from .id_sets import HaloIdSet, PendingPull, SetSample
 from .quantize import decode, encode, row_seed
 from .tensors import LayerTensors
 
@@ -161,58 +161,37 @@ class HaloWire:
         return self.decode(layer, self._pulled(rows))
 
     # ------------------------------------------------------------------ sampled rows (BNS-GCN)
-    def sample(self, share: float) -> np.ndarray:
-        """The positions of the halo rows this trainer's step samples, each with probability
-        ``share``, drawn from ``(seed, step, rank)`` alone."""
-        rng = np.random.default_rng([self.seed, self.step, self.collective.rank, 0xB5])
-        return np.flatnonzero(rng.random(self.num_halo) < share)
+    def sample(self, share: float) -> SetSample:
+        """The halo rows this trainer's step samples, each with probability ``share``, drawn
+        from ``(seed, step, rank)`` and each owner alone (the owners' servers draw them again)."""
+        return self.halo_set.sample(share, (self.seed, self.step, self.collective.rank, 0xB5))
 
-    def pull_sampled(self, layer: int, picked: np.ndarray, share: float) -> np.ndarray:
-        """Every halo row of layer ``layer``: the ``picked`` ones pulled by id and scaled by
-        ``1 / share``, the others zero. Counts the rows, their bytes and the ids sent."""
-        rows = np.zeros((self.num_halo, self.dims[layer - 1]), dtype=np.float32)
-        if len(picked):
-            ids = self.halo_gids[torch.from_numpy(picked)]
-            with self.counters.timing("comm_s"):
-                got = self.emb[layer][ids]
-            self._pulled(got)
-            self.counters.bytes_sent += ids.numel() * ids.element_size()
-            rows[picked] = got.numpy() / share
-        return rows
-
-    def push_sampled(self, layer: int, grad_halo: torch.Tensor, picked: np.ndarray, share: float) -> None:
-        """Push the gradients of the ``picked`` halo rows (scaled by ``1 / share``, as their rows
-        were) by id; their owners add them up (:meth:`accumulate_pushes`)."""
-        if not len(picked):
-            return
-        index = torch.from_numpy(picked)
-        ids, data = self.halo_gids[index], (grad_halo.index_select(0, index) / share).contiguous()
+    def pull_sampled(self, layer: int, sample: SetSample) -> np.ndarray:
+        """Every halo row of layer ``layer``: the sampled ones scaled by ``1 / share``, the others
+        zero. Pulled through the registered set once their owners announced the write, as an
+        exact step's rows (no ids on the wire, no barrier). Counts the rows and their bytes."""
+        if not self.num_halo:
+            return np.zeros((0, self.dims[layer - 1]), dtype=np.float32)
+        tensor = self.emb[layer]
         with self.counters.timing("comm_s"):
-            self.grad[layer][ids] = data
-        self.counters.bytes_sent += data.numel() * data.element_size() + ids.numel() * ids.element_size()
-        self.counters.add("pushed_rows", int(len(picked)))
+            rows = self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition, sample).wait()
+        picked = sample.positions.numel()
+        self.counters.bytes_recv += picked * rows.shape[1] * rows.element_size()
+        self.counters.add("pulled_rows", picked)
+        return rows.numpy() / np.float32(sample.share)
 
-    def fence_sampled(self, layer: int, picked: np.ndarray) -> None:
-        """Wait until every trainer's pushes by id of layer ``layer`` are applied: a read from each
-        owner this trainer pushed to follows its pushes on the same connections, then the
-        trainers meet."""
-        if len(picked):
-            ids = self.halo_gids[torch.from_numpy(picked)]
-            parts = self.policy.to_partid(ids).numpy()
-            first = np.unique(parts, return_index=True)[1]
-            with self.counters.timing("comm_s"):
-                self.grad[layer][ids[torch.from_numpy(first)]]
-        with self.counters.timing("sync_s"):
-            self.collective.barrier()
-
-    def accumulate_pushes(self) -> None:
-        """Make pushes by id to the gradient tensors add to what is there (every trainer calls
-        it: DGL registers the handler on every server)."""
-        from dgl.distributed import kvstore
-        kv = kvstore.get_kvstore()
-        for step in (0, 1) if self.tensors.pipeline else (0,):
-            for grad in self.tensors.for_step(step)[1].values():
-                kv.register_push_handler(grad.kvstore_key, add_rows)
+    def push_sampled(self, layer: int, grad_halo: torch.Tensor, sample: SetSample) -> None:
+        """Push the gradients of the sampled halo rows (scaled by ``1 / share``, as their rows
+        were) through the registered set; their owners add them up and count the round
+        (:meth:`end_round`)."""
+        if not self.num_halo:
+            return
+        data = grad_halo.contiguous() / sample.share
+        with self.counters.timing("comm_s"):
+            self.halo_set.push(self.grad[layer].kvstore_key, data, sample)
+        picked = sample.positions.numel()
+        self.counters.bytes_sent += picked * data.shape[1] * data.element_size()
+        self.counters.add("pushed_rows", picked)
 
     def peek(self, layer: int) -> np.ndarray:
         """Every halo row of layer ``layer`` now, not counted as training traffic (staleness
@@ -329,9 +308,3 @@ class WireSource:
 
     def peek(self) -> np.ndarray:
         return self.wire.peek(self.layer)
-
-
-def add_rows(target: dict, name: str, local_offset: torch.Tensor, data: torch.Tensor) -> None:
-    """A DGL push handler that adds the pushed rows to the stored ones (sampled halo gradients:
-    several trainers push to one owned row)."""
-    target[name][local_offset] += data

@@ -168,3 +168,48 @@ def test_held_answers_are_sent_numbered_as_their_request(monkeypatch):
     rpc.set_msg_seq(90)
     id_sets._send_held(4, 1, 12, id_sets.SetAck())
     assert calls == [(4, 1, 12)] and rpc.get_msg_seq() == 90  # the handled request's number is restored
+
+
+def test_a_sampled_pull_and_push_move_the_members_the_seed_draws_and_no_others(server):
+    kv = server.kv_store
+    members = torch.tensor([109, 100, 104, 102, 107, 101, 108, 103])
+    id_sets.RegisterSetRequest("h1", 2, "halo", members).process_request(server)
+    draw, share = 12345, 0.5
+    picked = id_sets.sampled(draw, len(members), share)
+    assert 0 < len(picked) < len(members)  # a share, not all or none, for this seed
+    rows = id_sets.PullSetRequest("h1", 2, "halo", share=share, draw=draw).process_request(server).rows
+    assert torch.equal(rows, kv.data_store["h1"][members[picked] - 100])
+    other = id_sets.PullSetRequest("h1", 2, "halo", share=share, draw=999).process_request(server).rows
+    assert not torch.equal(other, rows)  # the seed decides the members
+    grad = torch.arange(len(picked) * 3, dtype=torch.float32).reshape(-1, 3) + 1
+    id_sets.PushSetRequest("g1", 2, "halo", grad, share=share, draw=draw).process_request(server)
+    expect = torch.zeros(10, 3, dtype=torch.float64)
+    expect[members[picked] - 100] = grad.double()
+    assert torch.equal(kv.data_store["g1"], expect)  # the sampled members got their rows, no other row moved
+    with pytest.raises(ValueError, match=f"has {len(members)} rows for {len(picked)} members"):
+        id_sets.PushSetRequest("g1", 2, "halo", torch.ones(len(members), 3), share=share, draw=draw
+                               ).process_request(server)
+    every = id_sets.PullSetRequest("h1", 2, "halo", share=1.0, draw=draw).process_request(server).rows
+    assert torch.equal(every, kv.data_store["h1"][members - 100])
+
+
+def test_a_trainers_sample_is_what_each_owners_server_draws_again(server):
+    halo = object.__new__(id_sets.HaloIdSet)  # the parts a registration gives: two owners' servers
+    halo.parts = [(4, slice(0, 5)), (6, torch.tensor([5, 7, 9, 11, 13, 15, 17]))]
+    halo.size, halo.rank, halo.key = 18, 1, "halo"
+    members = {4: torch.tensor([100, 101, 102, 103, 104]), 6: torch.tensor([109, 108, 107, 106, 105, 104, 103])}
+    sample = halo.sample(0.5, (7, 3, 1, 0xB5))
+    again = halo.sample(0.5, (7, 3, 1, 0xB5))  # drawn from the words alone
+    assert again.draws == sample.draws and torch.equal(again.positions, sample.positions)
+    assert not torch.equal(halo.sample(0.5, (7, 4, 1, 0xB5)).positions, sample.positions)  # another step
+    assert sample.draws[0] != sample.draws[1]  # each owner its own draw
+    for (server_id, where), draw, chosen in zip(halo.parts, sample.draws, sample.where):
+        positions = torch.arange(where.start, where.stop) if isinstance(where, slice) else where
+        assert set(chosen.tolist()) <= set(positions.tolist())
+        id_sets.RegisterSetRequest("h1", 1, "halo", members[server_id]).process_request(server)
+        rows = id_sets.PullSetRequest("h1", 1, "halo", share=0.5, draw=draw).process_request(server).rows
+        # the owner answers the rows of exactly the members the trainer placed them at
+        index = {int(p): i for i, p in enumerate(positions)}
+        expect = members[server_id][[index[int(p)] for p in chosen]] - 100
+        assert torch.equal(rows, server.kv_store.data_store["h1"][expect])
+    assert torch.equal(halo.sample(1.0, (7, 3, 1, 0xB5)).positions, torch.cat([torch.arange(5), halo.parts[1][1]]))
