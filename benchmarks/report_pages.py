@@ -185,9 +185,13 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
         "of stale cached rows; `sancus-own` adds a skip test on the weights' drift, not SANCUS's test on each "
         "embedding's; `pipelined` keeps PipeGCN's one-epoch-stale rows and gradients in `fast`'s setting, "
         "`pipegcn-own` adds PipeGCN's smoothing of both (its default 0.95) from the first epoch; the `exact-*bit` runs keep "
-        "AdaQP's stochastic quantization at a fixed width, not its per-message bit choice (not implemented); `bns-*` "
-        "samples boundary rows per epoch as BNS-GCN does, scales them by 1/p instead of renormalising the sampled "
-        "graph, and leaves the input layer's boundary features whole (they never change). DGL's own distributed "
+        "AdaQP's stochastic quantization at a fixed width, `adaqp-own` and `adaqp-fast` its bit choice per row, "
+        "solved per message in closed form where AdaQP solves one integer program over every link (its time is the "
+        "slowest link's) every few epochs, and the rows' variance weighted by how many rows aggregate them where "
+        "AdaQP weighs it by their aggregation coefficients; `bns-*` samples boundary rows per epoch as BNS-GCN's "
+        "code does (scaled by 1/p, full-graph degrees) and leaves the input layer's boundary features whole, as "
+        "its code does with `--use-pp`; its rows travel through the registered sets exact steps use, with no "
+        "barrier. DGL's own distributed "
         "GraphSAGE example is run unchanged below, from a copy of DGL's repository (not shipped with the project).",
         "",
     ]

@@ -37,8 +37,8 @@ with open(PEERS_CONFIG) as _fh:
     METHODS = json.load(_fh)
 SETTING = {  # which setting each row of the comparison is in
     "cache-no-averaging": "fast's", "linear-trend": "fast's", "pipelined": "fast's", "exact-8bit": "own",
-    "exact-4bit": "own", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own", "pipegcn-own": "own", "sni-paper-3": "own",
-    "sni-paper-5": "own",
+    "exact-4bit": "own", "adaqp-fast": "fast's", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own",
+    "adaqp-own": "own", "pipegcn-own": "own", "sni-paper-3": "own", "sni-paper-5": "own",
 }
 WHAT = {
     "interval1": "exact training: every epoch exchanges float32 halo rows",
@@ -49,12 +49,17 @@ WHAT = {
     "pipelined": "PipeGCN-like: every epoch uses the previous epoch's halo rows and gradients",
     "exact-8bit": "AdaQP's compression alone: interval 1 with 8-bit rows and gradients",
     "exact-4bit": "interval 1 with 4-bit rows and gradients",
+    "adaqp-fast": "`fast` with AdaQP's bit choice: each message's rows at 2, 4 or 8 bits, chosen per row "
+                  "(`--bit-choice adaptive`)",
     "bns-0.1": "BNS-GCN-like boundary node sampling: each epoch pulls a random 10% of the hidden layers' halo rows "
                "(scaled by 1/p) and pushes only their gradients; the input layer keeps every halo feature",
     "bns-0.3": "the same with 30% of the halo rows",
     "sancus-own": "SANCUS's own setting, as near as the project has it: float32 cached rows, no averaging or smoothing, "
                   "a sync whenever the exchanged layers' weights moved more than 5% since the last one, at least every "
                   "4th epoch (SANCUS skips a broadcast while its embeddings' change stays under a bound)",
+    "adaqp-own": "AdaQP's own setting: interval 1, each message's halo rows and gradients at 2, 4 or 8 bits, "
+                 "chosen per row to trade the rounding's variance (weighted by how many rows aggregate it) against "
+                 "the message's bytes, AdaQP's objective at its default weight 0.5",
     "pipegcn-own": "PipeGCN's own setting (PipeGCN-GF): every epoch pipelined from the first, float32, the "
                    "one-epoch-old halo rows and gradients each averaged over epochs with 0.95 (its smoothing)",
     "sni-paper-3": "the SNI paper's setting: interval 3, a 20-epoch warm-up, the linear trend on the 30% most "

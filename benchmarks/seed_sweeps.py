@@ -145,7 +145,7 @@ class PeerComparison:
     families: tuple = (("SANCUS", ("cache-no-averaging", "sancus-own")),
                        ("the SNI paper", ("linear-trend", "sni-paper-3", "sni-paper-5")),
                        ("PipeGCN", ("pipelined", "pipegcn-own")),
-                       ("AdaQP", ("exact-8bit", "exact-4bit")),
+                       ("AdaQP", ("adaqp-fast", "exact-8bit", "exact-4bit", "adaqp-own")),
                        ("BNS-GCN", ("bns-0.1", "bns-0.3")))
 
 

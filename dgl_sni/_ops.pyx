@@ -81,8 +81,8 @@ def _matrix(a, dtype, what):
 
 def _check_codec(packed, n, d, int bits):
     """Refuse a bit width or an encoded block that does not fit ``n`` rows of ``d`` values."""
-    if bits not in (4, 8):
-        raise ValueError(f"the row codec takes 4 or 8 bits, got {bits}")
+    if bits not in (2, 4, 8):
+        raise ValueError(f"the row codec takes 2, 4 or 8 bits, got {bits}")
     if packed.ndim != 2 or packed.shape[0] != n or packed.shape[1] != (d * bits + 7) // 8 + 8:
         raise ValueError(f"encoded rows {tuple(packed.shape)} do not hold {n} rows of {d} values at {bits} bits")
 

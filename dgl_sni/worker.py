@@ -129,11 +129,13 @@ class WorkerSession:
             self._read[key] = np.flatnonzero(np.isin(owned.numpy(), read))
         return self._read[key]
 
-    def tensors(self, dims: list, tier_root: str | None, quantize: int, pipeline: bool = False) -> LayerTensors:
-        key = (tuple(dims), tier_root, quantize, pipeline)
+    def tensors(self, dims: list, tier_root: str | None, quantize: int, pipeline: bool = False,
+                adaptive: bool = False) -> LayerTensors:
+        key = (tuple(dims), tier_root, quantize, pipeline, adaptive)
         if key not in self._tensors:
             self._tensors[key] = LayerTensors(self.g, dims, name=f"sni{len(self._tensors)}",
-                                              tier_root=tier_root, quantize=quantize, pipeline=pipeline)
+                                              tier_root=tier_root, quantize=quantize, pipeline=pipeline,
+                                              adaptive=adaptive)
         return self._tensors[key]
 
     def exchange_layout(self, m, view, num_classes: int) -> tuple:
@@ -165,7 +167,9 @@ class WorkerSession:
             takes = [ROWS_ONLY] * len(takes)  # the tier's engine reads rows unit by unit
         tier_root = os.path.abspath(cfg.tier.storage_tier) if cfg.tier.storage_tier else None
         pipelined = cfg.pipelined and collective.world_size > 1
-        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined)
+        adaptive = cfg.sni.bit_choice == "adaptive"
+        tensors = self.tensors(dims, tier_root if collective.world_size > 1 else None, cfg.sni.quantize, pipelined,
+                               adaptive)
         sni = agent = edge_counts = None
         if cfg.sni_active:
             block_src = view.block.graph.edges()[0].numpy()
@@ -179,7 +183,11 @@ class WorkerSession:
                               pipeline_from=pipeline_from, sum_stale=cfg.stale_sums, sync_sums=sync_halo,
                               sample=cfg.sni.halo_sample, takes=takes,
                               pipeline_smoothing=cfg.sni.smooth if pipelined else 0.0)
-        wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed,
+        weights = None  # a width per row: the owners weigh each halo row's variance by the rows aggregating it
+        if adaptive:
+            weights = edge_counts if edge_counts is not None else \
+                halo_edge_counts(view.block.graph.edges()[0].numpy(), view.block.num_dst, view.block.num_src)
+        wire = HaloWire(self.g, owned_gids, halo_gids, tensors, collective, counters, seed=m.seed, weights=weights,
                         published=self.rows_peers_read(cfg.model.arch),
                         barrier=pipeline_from is not None or (sni is not None and sni.sync_policy == "adaptive"))
         exchange = KVHaloExchange(wire, planner)

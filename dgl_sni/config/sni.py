@@ -18,6 +18,7 @@ AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
 SYNC_HALO = ("auto", "inputs", "summed", "rows")
 QUANTIZE_BITS = (0, 4, 8)
+BIT_CHOICES = ("fixed", "adaptive")
 TREND_PREDICTORS = ("linear-trend", "gated", "window-trend")  # the predictors with a window of history and a decay
 STALE_TRUTH = re.compile(r"none|(rows|grads|both)(@[1-9][0-9]*)?")
 
@@ -113,6 +114,12 @@ class SNIConfig:
                               "float32 rows). Presets: " + _by_preset("quantize") + " (contexts that take another "
                               "value: --preset)",
                            choices=QUANTIZE_BITS, sweep=True)
+    bit_choice: str = option("fixed", "fixed: every quantized halo row at --quantize bits; adaptive: each "
+                                      "message's rows at 2, 4 or 8 bits, chosen per row to trade the "
+                                      "rounding's variance against the message's bytes (AdaQP's bit choice, "
+                                      "a peer method, for comparison)",
+                             choices=BIT_CHOICES, sweep=True,
+                             needs=("--quantize 8", lambda c: c.quantize == 8))
     smooth: float = option(0.75, "the agent keeps each halo row as an exponential average over sync "
                                  "epochs, new = S * old + (1 - S) * synced, and serves that (stale "
                                  "epochs then serve rows that do not carry the one dropout draw the "

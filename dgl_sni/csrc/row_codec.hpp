@@ -2,8 +2,9 @@
 //
 // A row x[0..d) becomes codes c_j = min(floor((x_j - lo) / s + u_j), L) with lo = min x,
 // s = (max x - lo) / L (1 where that is 0), L = 2^bits - 1 and u_j the caller's uniforms in
-// [0, 1); then the float32 pair (lo, s). 4-bit codes go two per byte, the even column in the
-// low nibble. A code decodes to lo + c * s. Every float operation is the one torch's
+// [0, 1); then the float32 pair (lo, s). Narrower codes go 8 / bits per byte, the first
+// column in the lowest bits (4 bits: the even column in the low nibble). A code decodes to
+// lo + c * s. Every float operation is the one torch's
 // reference does, in the same order (the build turns off FMA contraction), so the bytes and
 // the decoded values are equal to the bit.
 //
@@ -41,10 +42,13 @@ inline void encode_row_scan(const float* xr, int64_t d, int bits, const float* u
     if (bits == 8) {
         for (int64_t j = 0; j < d; ++j) o[j] = row_code(xr[j], lo, safe, ur[j], levels);
     } else {
-        for (int64_t j = 0; j + 1 < d; j += 2)
-            o[j / 2] = static_cast<uint8_t>(row_code(xr[j], lo, safe, ur[j], levels) |
-                                            (row_code(xr[j + 1], lo, safe, ur[j + 1], levels) << 4));
-        if (d % 2) o[d / 2] = row_code(xr[d - 1], lo, safe, ur[d - 1], levels);
+        const int64_t per = 8 / bits;
+        for (int64_t j0 = 0; j0 < d; j0 += per) {
+            uint32_t byte = 0;
+            for (int64_t k = 0; k < per && j0 + k < d; ++k)
+                byte |= static_cast<uint32_t>(row_code(xr[j0 + k], lo, safe, ur[j0 + k], levels)) << (bits * k);
+            o[j0 / per] = static_cast<uint8_t>(byte);
+        }
     }
     std::memcpy(o + header, &lo, 4);
     std::memcpy(o + header + 4, &scale, 4);
@@ -58,13 +62,14 @@ inline float first_zero(const float* xr, int d) {
     return 0.0f;
 }
 
-// One row of D = 8 or 16 values in D / 4 lanes of four; false (nothing written): the row
-// needs the scan. Codes saturate to 0..255 as they are packed to bytes (packs, packus),
+// One row of D = 8 or 16 values in D / 4 lanes of four, at 8 or 4 bits; false (nothing
+// written): the row needs the scan. Codes saturate to 0..255 as they are packed to bytes (packs, packus),
 // which for non-negative codes is the clamp to 255; 4-bit codes are then clamped to 15.
 template <int D>
 inline bool encode_row_lanes(const float* xr, int bits, const float* ur, uint8_t* o, int64_t header) {
     static_assert(D == 8 || D == 16, "lanes of four, packed as 8 or 16 bytes");
     constexpr int K = D / 4;
+    if (bits != 8 && bits != 4) return false;
     __m128 v[K];
     for (int k = 0; k < K; ++k) v[k] = _mm_loadu_ps(xr + 4 * k);
     __m128 lo = v[0], hi = v[0], nan = _mm_cmpunord_ps(v[0], v[0]);
@@ -136,7 +141,8 @@ inline void encode_rows(const float* x, int64_t n, int64_t d, int bits, const fl
 
 template <typename T>
 inline T decoded(const uint8_t* o, int64_t j, int bits, T lo, T scale) {
-    const uint8_t c = bits == 8 ? o[j] : static_cast<uint8_t>((o[j / 2] >> (4 * (j % 2))) & 0xF);
+    const int64_t per = 8 / bits;
+    const uint8_t c = bits == 8 ? o[j] : static_cast<uint8_t>((o[j / per] >> (bits * (j % per))) & ((1 << bits) - 1));
     return lo + static_cast<T>(c) * scale;
 }
 

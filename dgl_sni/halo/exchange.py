@@ -146,13 +146,18 @@ class KVHaloExchange:
         ``stale``, ``pipelined``), per layer (0: the input layer, whose halo rows are features),
         the forms its halo rows were taken in and on how many steps; the layers whose
         published rows and pushed gradients were averages; the bits rows moved with
-        (``quantize``) and the smoothing of the served rows (``smooth``)."""
+        (``quantize``), how their widths were chosen (``bit_choice``; ``adaptive``: with the
+        rows this trainer received at each width, ``pulled_bits``) and the smoothing of the
+        served rows (``smooth``)."""
         forms = {}
         for (mode, layer), counts in sorted(self._ran.items()):
             forms.setdefault(mode, {})[str(layer)] = {f.value: n for f, n in counts.items()}
+        quantize = max(self._bits, default=0)
+        widths = dict(bit_choice="adaptive", pulled_bits={str(b): n for b, n in sorted(self.wire.widths.items())}) \
+            if quantize and self.wire.adaptive else dict(bit_choice="fixed")
         return dict(halo_forms=forms, averaged_rows=sorted(self._averaged_layers["rows"]),
                     averaged_grads=sorted(self._averaged_layers["grads"]),
-                    quantize=max(self._bits, default=0), smooth=max(self._smoothing, default=0.0))
+                    quantize=quantize, smooth=max(self._smoothing, default=0.0), **widths)
 
     def _record(self, layer: int, form: Form) -> None:
         if self.plan.training:

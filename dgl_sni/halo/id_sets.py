@@ -43,6 +43,7 @@ before their loop starts). Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,7 +62,7 @@ FLUSH_SET = 906214
 PUBLISHED = 906215
 AWAIT_PUSHES = 906216
 
-_SETS: dict = {}  # server side: (trainer rank, key) -> (partition policy, shard offsets of the rows)
+_SETS: dict = {}  # server side: (trainer rank, key) -> (partition policy, shard offsets of the rows, weights)
 _arrived: dict = {}  # trainer side: msg_seq -> SetRowsResponse received while waiting for another pull
 _pending: dict = {}  # trainer side: msg_seq -> the PendingPull it belongs to
 _announced: dict = {}  # trainer side: tensor name -> writes this trainer announced
@@ -84,7 +85,7 @@ def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
     entry = _SETS.get((rank, key))
     if entry is None:
         raise RuntimeError(f"no halo id set {key!r} is registered for trainer {rank} on this server")
-    policy, offsets = entry
+    policy, offsets, _ = entry
     if kv.part_policy[name].policy_str != policy:
         raise RuntimeError(f"halo id set {key!r} was registered for {policy!r}; tensor {name!r} is sharded "
                            f"by {kv.part_policy[name].policy_str!r}")
@@ -94,16 +95,20 @@ def _offsets(kv, name: str, rank: int, key: str) -> torch.Tensor:
 @dataclass(eq=False)
 class RegisterSetRequest(FieldState, rpc.Request):
     """Trainer ``rank`` will name the rows ``ids`` (global ids, owned by this machine) of
-    tensors sharded like ``name`` by ``key``."""
+    tensors sharded like ``name`` by ``key``; ``weights``: how much each member weighs in the
+    trainer's aggregations (the variance weights of a per-row bit choice; ``None``: alike)."""
 
     name: str
     rank: int
     key: str
     ids: torch.Tensor
+    weights: torch.Tensor | None = None
 
     def process_request(self, server_state):
         policy = server_state.kv_store.part_policy[self.name]
-        _SETS[(self.rank, self.key)] = (policy.policy_str, policy.to_local(self.ids))
+        if self.weights is not None and self.weights.shape != self.ids.shape:
+            raise ValueError(f"halo id set {self.key!r}: {self.weights.numel()} weights for {self.ids.numel()} members")
+        _SETS[(self.rank, self.key)] = (policy.policy_str, policy.to_local(self.ids), self.weights)
         return SetAck()
 
 
@@ -113,7 +118,9 @@ class PullSetRequest(FieldState, rpc.Request):
     once the trainers writing this machine's shard announced ``after`` writes of it
     (:class:`PublishedRequest`; 0: at once). ``group``: the trainer's client group (a
     held pull is answered from another request). ``share`` below 1: only the members
-    :func:`sampled` draws from ``draw``."""
+    :func:`sampled` draws from ``draw``. ``code`` :data:`~dgl_sni.halo.bit_choice.ADAPTIVE`:
+    the server encodes the (float32) rows at a width per row it chooses, one block
+    (:mod:`dgl_sni.halo.bit_choice`); 0: the rows as stored."""
 
     name: str
     rank: int
@@ -122,6 +129,7 @@ class PullSetRequest(FieldState, rpc.Request):
     group: int = 0
     share: float = 1.0
     draw: int = 0
+    code: int = 0
 
     def process_request(self, server_state):
         kv = server_state.kv_store
@@ -130,10 +138,28 @@ class PullSetRequest(FieldState, rpc.Request):
         def answer():
             handler = kv.pull_handlers[self.name]
             if handler is default_pull_handler:  # DGL's ``data[offsets]``: the same rows, gathered faster
-                return SetRowsResponse(gather_rows(kv.data_store[self.name], offsets))
-            return SetRowsResponse(handler(kv.data_store, self.name, offsets))
+                rows = gather_rows(kv.data_store[self.name], offsets)
+            else:
+                rows = handler(kv.data_store, self.name, offsets)
+            if self.code:
+                rows = _encoded(rows, self)
+            return SetRowsResponse(rows)
         return _answer_or_hold(self.name, lambda: _announced_writes(self.name) >= self.after,
                                self.rank, self.group, answer)
+
+
+def _encoded(rows: torch.Tensor, request: PullSetRequest) -> torch.Tensor:
+    """A pull's rows as the block of widths chosen per row (:mod:`dgl_sni.halo.bit_choice`),
+    rounded with uniforms drawn from the set, the tensor and the publish the pull reads."""
+    from .bit_choice import ADAPTIVE, choose_bits, encode_mixed
+    from .quantize import row_seed
+    if request.code != ADAPTIVE:
+        raise ValueError(f"a set pull's code must be 0 or {ADAPTIVE} (chosen widths), got {request.code}")
+    weights = _SETS[(request.rank, request.key)][2]
+    if weights is not None and request.share < 1.0:
+        weights = weights[torch.from_numpy(sampled(request.draw, weights.numel(), request.share))]
+    seed = row_seed(zlib.crc32(request.name.encode()), request.after, 0, request.rank, 2)
+    return encode_mixed(rows, choose_bits(rows, weights), torch.Generator().manual_seed(seed))
 
 
 def _sampled_offsets(kv, request) -> torch.Tensor:
@@ -171,7 +197,7 @@ class PushSetRequest(FieldState, rpc.Request):
     def process_request(self, server_state):
         kv = server_state.kv_store
         offsets = _sampled_offsets(kv, self)
-        if offsets.numel() != self.data.shape[0]:
+        if self.data.dim() == 2 and offsets.numel() != self.data.shape[0]:  # (a 1-d block names its own rows)
             raise ValueError(f"a push to halo id set {self.key!r} of trainer {self.rank} has {self.data.shape[0]} "
                              f"rows for {offsets.numel()} members")
         kv.push_handlers[self.name](kv.data_store, self.name, offsets, self.data)
@@ -298,10 +324,12 @@ class HaloIdSet:
     :meth:`end_round` waits until every set pushed to a tensor once more.
 
     ``ids``: global ids of the members, in the order rows are returned and pushed; ``key``
-    names the set (registering the same key again replaces it).
+    names the set (registering the same key again replaces it); ``weights``: the members'
+    weights in this trainer's aggregations, for owners that choose a width per row.
     """
 
-    def __init__(self, name: str, policy, ids: torch.Tensor, key: str = "halo"):
+    def __init__(self, name: str, policy, ids: torch.Tensor, key: str = "halo",
+                 weights: torch.Tensor | None = None):
         register_services()
         self.rank, self.key = rpc.get_rank(), key
         self.size = int(ids.numel())
@@ -317,7 +345,8 @@ class HaloIdSet:
             where = slice(lo, hi) if hi - lo == pos.numel() else pos
             server = machine * per_machine + self.rank % per_machine
             self.parts.append((server, where))
-            rpc.send_request(server, RegisterSetRequest(name, self.rank, key, ids[pos]))
+            rpc.send_request(server, RegisterSetRequest(name, self.rank, key, ids[pos],
+                                                        None if weights is None else weights[pos]))
         self._answers(len(self.parts))
 
     @staticmethod
@@ -344,38 +373,41 @@ class HaloIdSet:
         """Every member row of tensor ``name`` (rows shaped and typed like ``template``'s)."""
         return self.send_pull(name, template).wait()
 
-    def send_pull(self, name: str, template: torch.Tensor, sample: SetSample | None = None) -> PendingPull:
+    def send_pull(self, name: str, template: torch.Tensor, sample: SetSample | None = None, code: int = 0,
+                  decode=None) -> PendingPull:
         """Send the requests of :meth:`pull` (``sample``: only its members; the others' rows
-        are zero); the rows arrive at :meth:`PendingPull.wait`."""
+        are zero; ``code``: how the owners encode the rows, ``decode(block, count)`` the rows
+        of an owner's answer); the rows arrive at :meth:`PendingPull.wait`."""
         shape = (self.size,) + tuple(template.shape[1:])
         rows = torch.empty(shape, dtype=template.dtype) if sample is None else torch.zeros(shape, dtype=template.dtype)
         parts = []
         after, group = _announced.get(name, 0), rpc.get_group_id()
         for i, (server, where) in enumerate(self.parts):
-            if sample is None:
-                request = PullSetRequest(name, self.rank, self.key, after, group)
-            else:
-                request = PullSetRequest(name, self.rank, self.key, after, group, sample.share, sample.draws[i])
+            share, draw = (1.0, 0) if sample is None else (sample.share, sample.draws[i])
+            if sample is not None:
                 where = sample.where[i]
-            rpc.send_request(server, request)
+            rpc.send_request(server, PullSetRequest(name, self.rank, self.key, after, group, share, draw, code))
             parts.append((rpc.get_msg_seq() - 1, where))  # the request took the number before it
-        pull = PendingPull(rows, parts)
+        pull = PendingPull(rows, parts, decode)
         for seq, _ in parts:
             _pending[seq] = pull
         return pull
 
-    def push(self, name: str, data: torch.Tensor, sample: SetSample | None = None) -> None:
+    def push(self, name: str, data: torch.Tensor, sample: SetSample | None = None, encode=None) -> int:
         """Send one row of ``data`` per member (``sample``: per member it holds; ``data`` still
-        has a row for every member) to its owner's push handler (not flushed)."""
+        has a row for every member) to its owner's push handler (not flushed); ``encode``:
+        each owner's rows as the block sent. Returns the payload bytes sent."""
         if data.shape[0] != self.size:
             raise ValueError(f"a push to halo id set {self.key!r} needs {self.size} rows, got {data.shape[0]}")
+        sent = 0
         for i, (server, where) in enumerate(self.parts):
-            if sample is None:
-                request = PushSetRequest(name, self.rank, self.key, data[where].contiguous())
-            else:
-                request = PushSetRequest(name, self.rank, self.key, data.index_select(0, sample.where[i]),
-                                         sample.share, sample.draws[i])
-            rpc.send_request(server, request)
+            share, draw = (1.0, 0) if sample is None else (sample.share, sample.draws[i])
+            rows = data[where].contiguous() if sample is None else data.index_select(0, sample.where[i])
+            if encode is not None:
+                rows = encode(rows)
+            sent += rows.numel() * rows.element_size()
+            rpc.send_request(server, PushSetRequest(name, self.rank, self.key, rows, share, draw))
+        return sent
 
     def flush(self) -> None:
         """Return once every owner has handled everything this trainer sent it."""
@@ -423,9 +455,11 @@ class SetSample:
 class PendingPull:
     """The rows of one set pull, requested and on their way (see :meth:`HaloIdSet.send_pull`)."""
 
-    def __init__(self, rows: torch.Tensor, parts: list):
+    def __init__(self, rows: torch.Tensor, parts: list, decode=None):
         self._rows = rows  # the answer being assembled, in member order
         self._parts = parts  # (msg_seq, positions) per owner
+        self._decode = decode  # decode(block, count): an owner's encoded answer as its rows
+        self.nbytes = 0  # payload bytes received so far
 
     def wait(self) -> torch.Tensor:
         """Receive this pull's answers (blocking) and return its rows."""
@@ -435,7 +469,12 @@ class PendingPull:
             if response is None:
                 _receive_one()
                 continue
-            self._rows[where] = response.rows
+            got = response.rows
+            self.nbytes += got.numel() * got.element_size()
+            if self._decode is not None:
+                count = where.stop - where.start if isinstance(where, slice) else int(where.numel())
+                got = self._decode(got, count)
+            self._rows[where] = got
             self._parts.pop(0)
         return self._rows
 

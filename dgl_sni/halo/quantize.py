@@ -2,7 +2,8 @@
 
 A row ``x`` of width ``d`` travels as ``ceil(d * b / 8)`` bytes of codes and 8 bytes of
 float32 offset and scale (``x ~ offset + code * scale``): for ``d = 16`` that is 24 bytes at
-8 bits and 16 at 4 bits instead of 64. Codes are rounded stochastically, ``floor(v + u)``
+8 bits, 16 at 4 bits and 12 at 2 bits (a width per row: :mod:`dgl_sni.halo.bit_choice`)
+instead of 64. Codes are rounded stochastically, ``floor(v + u)``
 with ``u`` uniform in [0, 1), so a decoded row is an unbiased estimate of the row (as in
 AdaQP, MLSys 2023). The uniforms are a window of one table of 4M uniforms, at an offset drawn
 from a generator seeded by (seed, step, layer, worker, direction), so the codes repeat exactly;
@@ -27,7 +28,7 @@ import torch
 
 from .. import _ops
 
-BITS = (4, 8)
+BITS = (2, 4, 8)
 HEADER = 8  # float32 offset and scale
 _DITHER_SIZE = 1 << 22
 _dither = None  # uniforms in [0, 1), drawn once; each encode reads a window at a seeded offset
@@ -49,7 +50,7 @@ def _dither_for(numel: int, generator: torch.Generator) -> torch.Tensor:
 def packed_width(dim: int, bits: int) -> int:
     """Bytes per encoded row of width ``dim``."""
     if bits not in BITS:
-        raise ValueError(f"--quantize must be one of {', '.join(map(str, BITS))} bits (or 0: off), got {bits}")
+        raise ValueError(f"the row codec takes 2, 4 or 8 bits, got {bits}")
     return (dim * bits + 7) // 8 + HEADER
 
 

@@ -19,6 +19,7 @@ from dgl.distributed.kvstore import get_kvstore
 from patches.kvstore_lazy_init import lazy_zeros
 
 from .. import _ops
+from .bit_choice import mixed_accumulate_handler
 from .quantize import packed_width, quantized_accumulate_handler
 
 
@@ -45,21 +46,27 @@ class LayerTensors:
     (:mod:`storage_tier.shard`), and their shared-memory shards stay empty. With ``quantize``
     (bits) the embedding tensors hold encoded rows and gradients are pushed encoded
     (:mod:`dgl_sni.halo.quantize`); evaluation, which is exact, moves float32 rows through a
-    set of its own (``eval_emb``). With ``pipeline`` there are two sets, ``emb``/``grad``
+    set of its own (``eval_emb``). With ``adaptive`` as well (a width per row, up to
+    ``quantize`` bits: :mod:`dgl_sni.halo.bit_choice`) the embedding tensors hold float32
+    rows, which the owners' servers encode as they send them, and serve evaluation too. With ``pipeline`` there are two sets, ``emb``/``grad``
     for even steps and ``emb_odd``/``grad_odd`` for odd ones (:meth:`for_step`). Made by the
     worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
 
     def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, *, quantize: int,
-                 pipeline: bool = False):
+                 pipeline: bool = False, adaptive: bool = False):
         if pipeline and tier_root is not None:
             raise ValueError("pipelined halo rows (--sync-policy pipeline) cannot be tier-backed "
                              "(--storage-tier with several workers)")
+        if adaptive and (quantize != 8 or pipeline or tier_root is not None):
+            raise ValueError("a bit width per row (--bit-choice adaptive) needs --quantize 8 and rows in memory, "
+                             "not pipelined")
         self.dims = list(dims)
-        self.tier_root, self.quantize, self.pipeline = tier_root, quantize, pipeline
+        self.tier_root, self.quantize, self.pipeline, self.adaptive = tier_root, quantize, pipeline, adaptive
         self.emb, self.grad = self._make(graph, name, tier_root, quantize)
         self.emb_odd, self.grad_odd = self._make(graph, f"{name}_p", None, quantize) if pipeline else (None, None)
-        self.eval_emb = self._make(graph, f"{name}_e", None, 0, grad=False)[0] if quantize else self.emb
+        separate = quantize and not adaptive
+        self.eval_emb = self._make(graph, f"{name}_e", None, 0, grad=False)[0] if separate else self.emb
 
     def for_step(self, step: int) -> tuple:
         """(embedding, gradient) tensors of ``step``: one set, or the set of its parity."""
@@ -74,7 +81,7 @@ class LayerTensors:
         dims = self.dims
         emb, grads = {}, {}
         for layer, dim in enumerate(dims, start=1):
-            if quantize:  # rows travel encoded (dgl_sni.halo.quantize)
+            if quantize and not self.adaptive:  # rows travel encoded (dgl_sni.halo.quantize)
                 emb[layer] = DistTensor((n, packed_width(dim, quantize)), torch.uint8,
                                         name=f"{name}_q{layer}", part_policy=policy)
             elif tier_root is None:
@@ -90,6 +97,7 @@ class LayerTensors:
             # float64 on the owner: a row's contributions from several workers arrive in any
             # order, and summed in float32 their sum would depend on it
             grads[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}", part_policy=policy)
-            kv.register_push_handler(grads[layer].kvstore_key,
-                                     quantized_accumulate_handler if quantize else accumulate_push_handler)
+            handler = mixed_accumulate_handler if self.adaptive else \
+                quantized_accumulate_handler if quantize else accumulate_push_handler
+            kv.register_push_handler(grads[layer].kvstore_key, handler)
         return emb, grads

@@ -11,7 +11,10 @@ the rows it reads. A shard is written again only after the all-reduce that ends 
 (every pass of a trainer ends in one), so no write meets a read of the pass before.
 
 Rows travel as float32 or, with ``bits``, as 8- or 4-bit codes (:mod:`dgl_sni.halo.quantize`),
-encoded here and decoded on arrival; gradients are decoded and summed by their owners.
+encoded here and decoded on arrival; gradients are decoded and summed by their owners. With a
+bit width chosen per row (:mod:`dgl_sni.halo.bit_choice`, the tensors' ``adaptive``), owners
+write float32 rows and their servers encode each pull's rows at the widths they choose;
+gradients are pushed at the widths chosen here, per owner.
 :class:`HaloWire` decides nothing: the exchange tells it what to move, from the step's plan.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ from dgl.distributed import DistTensor
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
+from .bit_choice import ADAPTIVE, choose_bits, decode_mixed, encode_mixed
 from .id_sets import HaloIdSet, PendingPull, SetSample
 from .quantize import decode, encode, row_seed
 from .tensors import LayerTensors
@@ -50,12 +54,13 @@ class HaloWire:
     trainers also meet after every publish (pulls by id read shards as DistTensor reads,
     which wait for no announcement; a pipelined step reads the gradients pushed at the step
     before). ``before_wait``: called before the trainer waits on the network (the exchange
-    hands the planner's deferred work in, so the wait hides it).
+    hands the planner's deferred work in, so the wait hides it). ``weights``: how many owned
+    rows aggregate each halo row (the owners' per-row bit choice weighs its variance so).
     """
 
     def __init__(self, graph, owned_gids: torch.Tensor, halo_gids: torch.Tensor, tensors: LayerTensors,
                  collective, counters: Counters, seed: int, published: np.ndarray | None = None,
-                 barrier: bool = False, before_wait=lambda: None):
+                 barrier: bool = False, before_wait=lambda: None, weights: np.ndarray | None = None):
         self.collective, self.counters, self.seed = collective, counters, seed
         self.num_owned = int(owned_gids.numel())
         self.halo_gids = halo_gids.to(torch.int64)
@@ -71,8 +76,12 @@ class HaloWire:
             self._published = torch.from_numpy(np.asarray(published, dtype=np.int64))
             self._published_at = self._published if contiguous else local[self._published]
         # exact steps pull and push every halo row: their owners know them by a registered set
-        self.halo_set = HaloIdSet(next(iter(tensors.emb.values())).kvstore_key, policy, self.halo_gids) \
-            if tensors.emb else None
+        self.adaptive = tensors.adaptive
+        self.widths = {}  # bits -> halo rows training pulls received at that width (adaptive)
+        weights = torch.as_tensor(np.asarray(weights, dtype=np.float32)) if weights is not None and self.adaptive \
+            else None
+        self.halo_set = HaloIdSet(next(iter(tensors.emb.values())).kvstore_key, policy, self.halo_gids,
+                                  weights=weights) if tensors.emb else None
         self.tensors, self.dims = tensors, tensors.dims
         self.tier_backed = tensors.tier_root is not None
         self.barrier, self.before_wait = barrier, before_wait
@@ -115,7 +124,7 @@ class HaloWire:
             raise ValueError("quantized halo rows need the owned rows in memory (not the storage tier)")
         if isinstance(rows, torch.Tensor):
             rows, chosen = rows.detach(), self._published
-            if self.bits:  # the chosen rows' bytes are those of the encode of every owned row
+            if self.bits and not self.adaptive:  # (adaptive: the servers encode what they send)  # the chosen rows' bytes are those of the encode of every owned row
                 rows = encode(rows, self.bits, self._coder(layer, 0),
                               rows=None if chosen is None else chosen.numpy())
             elif chosen is not None:
@@ -152,8 +161,9 @@ class HaloWire:
             if not self.num_halo:
                 return np.zeros((0, self.dims[layer - 1]), dtype=np.float32)
             with self.counters.timing("comm_s"):
-                rows = self._halo_rows(self.emb[layer])
-            return self.decode(layer, self._pulled(rows))
+                pending = self._set_pull(self.emb[layer])
+                rows = pending.wait()
+            return self.decode(layer, self._pulled(rows, pending.nbytes))
         if not self.barrier:  # a DistTensor read of chosen rows waits for no announcement
             raise RuntimeError("halo rows pulled by id need the publish barrier (the adaptive policy sets it)")
         with self.counters.timing("comm_s"):
@@ -197,15 +207,14 @@ class HaloWire:
         """Every halo row of layer ``layer`` now, not counted as training traffic (staleness
         measurement: ``measure_bytes``)."""
         with self.counters.timing("comm_s"):
-            true = self.decode(layer, self._halo_rows(self.emb[layer]))
+            true = self.decode(layer, self._set_pull(self.emb[layer]).wait())
         self.counters.add("measure_bytes", true.nbytes)
         return true
 
     def send_pull(self, layer: int) -> PendingPull:
         """Send the pull of every halo row of layer ``layer`` and leave it on the wire."""
         with self.counters.timing("comm_s"):
-            tensor = self.emb[layer]
-            return self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition)
+            return self._set_pull(self.emb[layer])
 
     def receive(self, layer: int, pending: PendingPull) -> np.ndarray:
         """The rows of a pull :meth:`send_pull` left on the wire, counted and decoded (the
@@ -213,29 +222,38 @@ class HaloWire:
         self.before_wait()
         with self.counters.timing("comm_s"):
             rows = pending.wait()
-        return self.decode(layer, self._pulled(rows))
+        return self.decode(layer, self._pulled(rows, pending.nbytes))
 
     def complete(self, layer: int, pending: PendingPull) -> np.ndarray:
         """The rows of a pipelined step's pull, received at the end of the step (their rows
         were counted when sent, their bytes now), decoded."""
         with self.counters.timing("comm_s"):
             rows = pending.wait()
-        self.counters.bytes_recv += rows.numel() * rows.element_size()
+        self.counters.bytes_recv += pending.nbytes
         return self.decode(layer, rows)
 
-    def _pulled(self, rows: torch.Tensor) -> torch.Tensor:
-        """Count rows that arrived from a pull (payload bytes and rows)."""
-        self.counters.bytes_recv += rows.numel() * rows.element_size()
+    def _pulled(self, rows: torch.Tensor, nbytes: int | None = None) -> torch.Tensor:
+        """Count rows that arrived from a pull (payload bytes, ``nbytes`` where they arrived
+        encoded otherwise than they are now, and rows)."""
+        self.counters.bytes_recv += rows.numel() * rows.element_size() if nbytes is None else nbytes
         self.counters.add("pulled_rows", int(rows.shape[0]))
         return rows
 
-    def _halo_rows(self, tensor: DistTensor) -> torch.Tensor:
-        """Every halo row of ``tensor``, in block row order (no ids on the wire)."""
-        return self.halo_set.pull(tensor.kvstore_key, tensor.local_partition)
+    def _set_pull(self, tensor: DistTensor) -> PendingPull:
+        """Send the pull of every halo row of ``tensor``, in block row order (no ids on the
+        wire); where widths are chosen per row, the owners' servers encode them and the
+        answers are decoded as they arrive."""
+        if self.adaptive and self.bits:
+            dim = tensor.local_partition.shape[1]
+            counts = self.widths if self.bits else None
+            return self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition, code=ADAPTIVE,
+                                           decode=lambda block, count: decode_mixed(block, count, dim, counts))
+        return self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition)
 
     def decode(self, layer: int, pulled: torch.Tensor) -> np.ndarray:
-        """Pulled rows of ``layer`` as float32 (decoded where they travel quantized)."""
-        if self.bits:
+        """Pulled rows of ``layer`` as float32 (decoded where they travel quantized; rows of
+        widths chosen per row were decoded as they arrived)."""
+        if self.bits and not self.adaptive:
             return decode(pulled, self.dims[layer - 1], self.bits).numpy()
         return pulled.numpy()
 
@@ -245,15 +263,18 @@ class HaloWire:
         ``measure``: sent only to be measured against (counted as ``measure_bytes``)."""
         if not self.num_halo:
             return
-        grad_halo = grad_halo.contiguous()
-        if self.bits:
+        grad_halo, per_owner = grad_halo.contiguous(), None
+        if self.bits and self.adaptive:  # each owner's rows at the widths chosen for them
+            coder = self._coder(layer, 1)
+            per_owner = lambda rows: encode_mixed(rows, choose_bits(rows), coder)  # noqa: E731
+        elif self.bits:
             grad_halo = encode(grad_halo, self.bits, self._coder(layer, 1))
         with self.counters.timing("comm_s"):
-            self.halo_set.push(self.grad[layer].kvstore_key, grad_halo)
+            sent = self.halo_set.push(self.grad[layer].kvstore_key, grad_halo, encode=per_owner)
         if measure:
-            self.counters.add("measure_bytes", grad_halo.numel() * grad_halo.element_size())
+            self.counters.add("measure_bytes", sent)
             return
-        self.counters.bytes_sent += grad_halo.numel() * grad_halo.element_size()
+        self.counters.bytes_sent += sent
         self.counters.add("pushed_rows", self.num_halo)
 
     def end_round(self, layer: int, wait: bool = True) -> None:

@@ -13,6 +13,7 @@ RUNS = {
     "pull-nothing": dict(predictor="gated", sampling_ratio=0.3, stale_grad="skip", measure_staleness=True,
                          dropout=0.0),
     "defaults": dict(),  # the fast preset's stale settings
+    "bit-choice": dict(bit_choice="adaptive"),  # the same with a width per row (AdaQP's choice)
     "exchange": dict(predictor="cache", stale_grad="exchange"),
     "skip": dict(predictor="cache", stale_grad="skip", dropout=0.0),
     "last": dict(predictor="cache", stale_grad="last", dropout=0.0),
@@ -86,6 +87,24 @@ def test_stale_epochs_move_nothing_by_default_and_push_gradients_when_asked(runs
     exchanged, _ = _epochs(runs, "exchange")
     assert all(e["bytes_sent"] > 0 for e in exchanged)
     assert all(e["bytes_recv"] == 0 for e in exchanged if e["mode"] == "stale")
+
+
+@needs_netns
+def test_a_width_per_row_moves_fewer_bytes_than_8_bits_and_trains_alike(runs):
+    """``--bit-choice adaptive``: the sync epochs' rows arrive at several widths (the owners'
+    servers chose them) and the sync epochs move fewer bytes than the same run at 8 bits each
+    way; the rounding leaves the losses near the 8-bit run's."""
+    fixed, _ = runs["defaults"]
+    chosen, _ = runs["bit-choice"]
+    effect = chosen["in_effect"]
+    assert effect["bit_choice"] == "adaptive" and fixed["in_effect"]["bit_choice"] == "fixed"
+    widths = {int(b): n for b, n in effect["pulled_bits"].items() if n}
+    assert len(widths) >= 2 and set(widths) <= {2, 4, 8}
+    for a, b in zip(chosen["epochs"], fixed["epochs"]):
+        assert a["mode"] == b["mode"]
+        if a["mode"] == "sync":
+            assert 0 < a["bytes_recv"] < b["bytes_recv"] and 0 < a["bytes_sent"] < b["bytes_sent"]
+        assert abs(a["loss"] - b["loss"]) < 0.05 * b["loss"]
 
 
 @needs_netns

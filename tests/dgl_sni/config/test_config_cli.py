@@ -25,7 +25,7 @@ STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DG
 # null runs of the paired-seed studies; preset: the named presets)
 NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
             "allocator", "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
-            "grad_average", "prefetch", "model_file", "halo_sample"}
+            "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice"}
 # settings no non-default config below moves, and why
 KEPT = {"resume": "needs a folder holding a checkpoint, and excludes --sweep (the configs set one)"}
 COMMON = {"dataset", "workers", "bandwidth", "model", "model_file", "layers", "hidden", "dropout", "lr", "seed", "epochs",
@@ -58,7 +58,8 @@ def _non_default() -> list:
              window=6, beta=0.5, lam=0.05, sync_policy="drift", sync_drift=0.2, quantize=4, agent="doca",
              doca_pci="0000:03:00.0", doca_name="sni-x", preset="fast", sync_halo="inputs"),
         dict(predictor="gated", transfer=False, sync_policy="guarded", sync_loss_gap=0.05, agent_dir="/a",
-             sync_halo="summed", stale_truth="rows@2", row_average=0.5, grad_average=0.5, prefetch=False),
+             sync_halo="summed", stale_truth="rows@2", row_average=0.5, grad_average=0.5, prefetch=False,
+             quantize=8, bit_choice="adaptive"),
         dict(model_file="/models/mine.py:build", heads=3, sync_interval=1, halo_sample=0.3),
     )]
 
@@ -129,6 +130,15 @@ def test_train_runs_exact_by_default_and_the_stock_switch_fast():
     assert switch.row_average == switch.grad_average == 0.0
 
 
+@pytest.mark.parametrize("extra", [dict(), dict(quantize=4), dict(preset="fast", sync_policy="pipeline"),
+                                   dict(preset="fast", storage_tier="/t")],
+                         ids=["float32", "4-bit", "pipelined", "storage-tier"])
+def test_a_width_per_row_is_refused_where_rows_do_not_travel_at_8_bits(extra):
+    with pytest.raises(ValueError, match="--bit-choice adaptive means nothing without --quantize 8"):
+        TrainConfig.from_dict(dict(extra, bit_choice="adaptive")).validate()
+    assert TrainConfig.from_dict(dict(preset="fast", bit_choice="adaptive")).validate().sni.quantize == 8
+
+
 def test_flags_round_trip_non_default_configs():
     configs = _non_default()
     defaults = TrainConfig().as_dict()
@@ -187,7 +197,7 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth",
                               "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
-                              "grad_average", "prefetch", "model_file", "halo_sample"}
+                              "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()

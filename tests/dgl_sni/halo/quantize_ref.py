@@ -18,10 +18,14 @@ def encode(x: torch.Tensor, bits: int, dither: torch.Tensor) -> torch.Tensor:
     v = (x - lo[:, None]) / safe[:, None]
     v.add_(dither[: n * d].view(v.shape))
     codes = v.to(torch.int32).clamp_(max=levels).to(torch.uint8)
-    if bits == 4:
-        if d % 2:
-            codes = torch.cat((codes, torch.zeros((n, 1), dtype=torch.uint8)), 1)
-        codes = codes[:, 0::2] | (codes[:, 1::2] << 4)
+    if bits < 8:
+        per = 8 // bits
+        if d % per:
+            codes = torch.cat((codes, torch.zeros((n, per - d % per), dtype=torch.uint8)), 1)
+        packed = codes[:, 0::per].clone()
+        for k in range(1, per):
+            packed |= codes[:, k::per] << (bits * k)
+        codes = packed
     out[:, : width - HEADER] = codes
     out[:, width - HEADER:] = torch.stack((lo, scale), 1).contiguous().view(torch.uint8)
     return out
@@ -31,6 +35,7 @@ def decode(packed: torch.Tensor, dim: int, bits: int, dtype=torch.float32) -> to
     n, width = packed.shape
     header = packed[:, width - HEADER:].contiguous().view(torch.float32)
     codes = packed[:, : width - HEADER]
-    if bits == 4:
-        codes = torch.stack((codes & 0xF, codes >> 4), 2).reshape(n, -1)[:, :dim]
+    if bits < 8:
+        per, mask = 8 // bits, (1 << bits) - 1
+        codes = torch.stack([(codes >> (bits * k)) & mask for k in range(per)], 2).reshape(n, -1)[:, :dim]
     return header[:, :1].to(dtype) + codes.to(dtype) * header[:, 1:].to(dtype)

@@ -34,6 +34,7 @@ class FakeWire:
         self.tensors = type("Tensors", (), {"pipeline": True})()
         self.counters = Counters()
         self.calls, self.before_wait, self.step, self.rows = [], lambda: None, 0, rows
+        self.adaptive, self.widths = False, {}
 
     def _rows(self, layer):
         if self.rows is not None:

@@ -118,8 +118,10 @@ def test_the_codec_names_a_bad_input():
 
 
 def test_a_bad_bit_width_is_refused():
-    with pytest.raises(ValueError, match="--quantize must be one of 4, 8"):
+    with pytest.raises(ValueError, match="the row codec takes 2, 4 or 8 bits, got 3"):
         packed_width(16, 3)
+    with pytest.raises(ValueError, match="the row codec takes 2, 4 or 8 bits, got 1"):
+        _ops.decode_rows_into(np.zeros((1, 10), np.uint8), np.zeros((1, 16), np.float32), 1)
 
 
 def _scan_row(row, u, bits):
@@ -134,8 +136,8 @@ def _scan_row(row, u, bits):
     scale = f(f(hi - lo) / f(levels))
     safe = scale if scale > 0 else f(1.0)
     codes = [min(int(f(f(f(x - lo) / safe) + uj)), levels) for x, uj in zip(row, u)]
-    if bits == 4:
-        codes = [codes[j] | (codes[j + 1] << 4) for j in range(0, len(codes), 2)]
+    per = 8 // bits
+    codes = [sum(c << (bits * k) for k, c in enumerate(codes[j:j + per])) for j in range(0, len(codes), per)]
     return bytes(codes) + np.array([lo, scale], np.float32).tobytes()
 
 
