@@ -30,6 +30,19 @@ def _wanted(run: dict, dataset_args: list, workers: int, base_args=()) -> dict:
     return {k: str(v) for k, v in wanted.items()}
 
 
+# Settings added after runs kept here (result folders, the committed record) were trained, each
+# with a default that does what those runs did: a kept run that does not name one matches a run
+# that wants its default.
+ADDED = {"bit_choice": "fixed"}
+
+
+def matches(stored: dict, wanted: dict) -> bool:
+    """Whether a kept run's settings (``stored``: its config, or its record key's settings) are
+    ``wanted``'s (:func:`_wanted`); a setting of :data:`ADDED` it does not name counts as its
+    default."""
+    return all(str(stored[k]) == v if k in stored else ADDED.get(k) == v for k, v in wanted.items())
+
+
 def _finished(out_dir: str) -> dict:
     """Config of every finished run file in ``out_dir`` and in staging folders that an
     interrupted sweep left behind, by path."""
@@ -66,7 +79,7 @@ def run_sweep(dataset_args: list, workers: int, runs: list, out_dir: str, base_a
     paths, todo = [None] * len(runs), []
     for i, run in enumerate(runs):
         wanted = _wanted(run, dataset_args, workers, base_args)
-        hit = next((p for p, c in finished.items() if all(str(c.get(k)) == v for k, v in wanted.items())), None)
+        hit = next((p for p, c in finished.items() if matches(c, wanted)), None)
         if hit is None:
             todo.append(i)
         else:

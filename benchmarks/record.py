@@ -25,7 +25,7 @@ import gzip
 import json
 import os
 
-from benchmarks._sweep import _wanted, run_sweep
+from benchmarks._sweep import _wanted, matches, run_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = os.path.join(ROOT, "benchmarks", "record")
@@ -43,6 +43,17 @@ def compact(metrics: dict, cores: int | None = None) -> dict:
     out["epochs"] = [{k: v for k, v in e.items() if k != "workers"} for e in metrics["epochs"]]
     out.setdefault("host_cores", cores or os.cpu_count())
     return out
+
+
+def kept_key(kept: dict, key: str) -> str | None:
+    """The key under which ``kept`` holds the run named ``key``: ``key`` itself, or one made
+    before a setting of :data:`benchmarks._sweep.ADDED` existed that matches it."""
+    if key in kept:
+        return key
+    folder, settings = key.split("|", 1)
+    wanted = json.loads(settings)
+    return next((k for k in kept if k.split("|", 1)[0] == folder and matches(json.loads(k.split("|", 1)[1]), wanted)),
+                None)
 
 
 def run_key(folder: str, run: dict, dataset_args: list, workers: int, base_args=()) -> str:
@@ -114,7 +125,9 @@ class Recorder(RecordBase):
         out = []
         for run, m in zip(runs, metrics):
             c = compact(m)
-            kept[run_key(out_dir, run, dataset_args, workers, base_args)] = c
+            key = run_key(out_dir, run, dataset_args, workers, base_args)
+            kept.pop(kept_key(kept, key), None)  # kept under an older key: now under its full one
+            kept[key] = c
             out.append(c)
         self._write(name, kept)
         return out
@@ -131,9 +144,9 @@ class Replay(RecordBase):
         kept = self._read(name) or {}
         out = []
         for run in runs:
-            key = run_key(out_dir, run, dataset_args, workers, base_args)
-            if key not in kept:
-                raise MissingRun(f"{self.folder} holds no run {key.split('|')[0]} {run}: run the suite "
-                                 "(without --no-run) to measure it")
+            key = kept_key(kept, run_key(out_dir, run, dataset_args, workers, base_args))
+            if key is None:
+                raise MissingRun(f"{self.folder} holds no run {out_dir.rstrip('/').split('/')[-1]} {run}: run "
+                                 "the suite (without --no-run) to measure it")
             out.append(kept[key])
         return out

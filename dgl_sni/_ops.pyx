@@ -55,6 +55,15 @@ cdef extern from "csrc/row_codec.hpp" namespace "sni":
     void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
                          const int64_t* offsets, double* target) nogil
 
+cdef extern from "csrc/row_blocks.hpp" namespace "sni":
+    int64_t block_starts(int64_t n, int64_t d, const int64_t* count, int64_t* start) nogil
+    bint block_layout(const uint8_t* block, int64_t size, int64_t n, int64_t d, int64_t* start) nogil
+    void encode_block(const float* x, int64_t n, int64_t d, const uint8_t* codes, const float* dither,
+                      uint8_t* out) nogil
+    void decode_block(const uint8_t* block, int64_t n, int64_t d, const int64_t* start, float* out) nogil
+    void accumulate_block(const uint8_t* block, int64_t n, int64_t d, const int64_t* start,
+                          const int64_t* offsets, double* target) nogil
+
 cdef extern from "csrc/drift_fit.hpp" namespace "sni":
     int drift_fit(const float* owned, int64_t d, int64_t stride, int64_t nf, const double* base,
                   const double* base_chol, double* m_out, double* rows_out, double* chol_out, double ridge) nogil
@@ -154,6 +163,74 @@ def accumulate_rows_into(packed, offsets, target, int bits):
     with nogil:
         accumulate_rows(<const uint8_t*>cnp.PyArray_DATA(pa), n, d, bits, width,
                         <const int64_t*>cnp.PyArray_DATA(fa), <double*>cnp.PyArray_DATA(ta))
+    return target
+
+
+def encode_block_into(x, dither, codes, out):
+    """Encode float32 rows ``x [n, d]`` at a width per row (``codes``: uint8, 0: 2 bits, 1: 4,
+    2: 8) into the 1-d uint8 block ``out`` with the uniforms ``dither`` (``n * d``); see
+    csrc/row_blocks.hpp. ``out`` must have the block's size."""
+    _matrix(x, np.float32, "rows")
+    _c_array(dither, np.float32, "dither")
+    _c_array(codes, np.uint8, "width codes")
+    _c_array(out, np.uint8, "out")
+    cdef int64_t n = x.shape[0], d = x.shape[1]
+    cdef int64_t count[3]
+    cdef int64_t start[3]
+    if codes.ndim != 1 or codes.shape[0] != n:
+        raise ValueError(f"need one width code per row ({n}), got shape {codes.shape}")
+    found = np.bincount(codes, minlength=4) if n else np.zeros(4, np.int64)
+    if found.shape[0] > 3 and found[3:].any():
+        raise ValueError("width codes must be 0 (2 bits), 1 (4 bits) or 2 (8 bits)")
+    count[0], count[1], count[2] = found[0], found[1], found[2]
+    size = block_starts(n, d, count, start)
+    if out.ndim != 1 or out.shape[0] != size:
+        raise ValueError(f"a block of these {n} rows of {d} values takes {size} bytes, got shape {out.shape}")
+    if dither.size < n * d:
+        raise ValueError(f"need {n * d} uniforms, got {dither.size}")
+    cdef cnp.ndarray xa = x, ua = dither, ca = codes, oa = out
+    with nogil:
+        encode_block(<const float*>cnp.PyArray_DATA(xa), n, d, <const uint8_t*>cnp.PyArray_DATA(ca),
+                     <const float*>cnp.PyArray_DATA(ua), <uint8_t*>cnp.PyArray_DATA(oa))
+    return out
+
+
+cdef _block_layout(block, int64_t n, int64_t d, int64_t* start):
+    _c_array(block, np.uint8, "block")
+    if block.ndim != 1:
+        raise ValueError(f"a block is 1-d, got shape {block.shape}")
+    cdef cnp.ndarray ba = block
+    if not block_layout(<const uint8_t*>cnp.PyArray_DATA(ba), block.shape[0], n, d, start):
+        raise ValueError(f"a block of {block.shape[0]} bytes does not hold {n} rows of {d} values at the widths "
+                         "it names (2, 4 or 8 bits)")
+
+
+def decode_block_into(block, out):
+    """Decode an :func:`encode_block_into` block into float32 ``out [n, d]``."""
+    _matrix(out, np.float32, "out")
+    cdef int64_t n = out.shape[0], d = out.shape[1]
+    cdef int64_t start[3]
+    _block_layout(block, n, d, start)
+    cdef cnp.ndarray ba = block, oa = out
+    with nogil:
+        decode_block(<const uint8_t*>cnp.PyArray_DATA(ba), n, d, start, <float*>cnp.PyArray_DATA(oa))
+    return out
+
+
+def accumulate_block_into(block, offsets, target):
+    """``target[offsets[r]] += decoded row r`` of a block, in float64 (``target``: ``[rows, d]``;
+    ``offsets``: int64, one per row of the block, each in range)."""
+    _c_array(offsets, np.int64, "offsets")
+    _matrix(target, np.float64, "target")
+    cdef int64_t n = offsets.shape[0], d = target.shape[1]
+    cdef int64_t start[3]
+    _block_layout(block, n, d, start)
+    if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
+        raise IndexError(f"offsets must lie in [0, {target.shape[0]})")
+    cdef cnp.ndarray ba = block, fa = offsets, ta = target
+    with nogil:
+        accumulate_block(<const uint8_t*>cnp.PyArray_DATA(ba), n, d, start, <const int64_t*>cnp.PyArray_DATA(fa),
+                         <double*>cnp.PyArray_DATA(ta))
     return target
 
 

@@ -55,6 +55,31 @@ def test_a_replay_returns_what_was_recorded_in_any_order_and_names_a_missing_run
     assert sorted(m["config"]["seed"] for m in record.Replay("quick", str(tmp_path)).all_runs()) == [0, 1]
 
 
+def test_a_run_kept_before_a_setting_existed_is_that_settings_default_and_no_other_value(tmp_path, monkeypatch):
+    from benchmarks import _sweep
+    monkeypatch.setattr(record, "run_sweep", lambda dataset_args, workers, runs, out_dir, base_args=():
+                        [_metrics(r["seed"]) for r in runs])
+    runs = [dict(preset="fast", seed=0, epochs=6)]
+    record.Recorder("quick", str(tmp_path)).sweep(GRAPH, 2, runs, "/x/syn1k-1gbit-w2")
+    path = tmp_path / "quick" / "runs-syn1k-1gbit-w2.json.gz"
+    import gzip
+    import json
+    kept = json.loads(gzip.decompress(path.read_bytes()))
+    (key, value), = kept.items()
+    folder, settings = key.split("|", 1)
+    older = {k: v for k, v in json.loads(settings).items() if k not in _sweep.ADDED}  # kept before they existed
+    assert len(older) < len(json.loads(settings))
+    record.Recorder("quick", str(tmp_path))._write("runs-syn1k-1gbit-w2", {folder + "|" + json.dumps(older): value})
+    assert record.Replay("quick", str(tmp_path)).sweep(GRAPH, 2, runs, "/x/syn1k-1gbit-w2") == [value]
+    with pytest.raises(record.MissingRun):  # an added setting away from its default is another run
+        record.Replay("quick", str(tmp_path)).sweep(GRAPH, 2, [dict(runs[0], bit_choice="adaptive")],
+                                                    "/x/syn1k-1gbit-w2")
+    record.Recorder("quick", str(tmp_path)).sweep(GRAPH, 2, runs, "/x/syn1k-1gbit-w2")  # kept again: its full key
+    assert list(json.loads(gzip.decompress(path.read_bytes()))) == [key]
+    assert _sweep.matches(dict(quantize=8), dict(quantize="8", bit_choice="fixed"))
+    assert not _sweep.matches(dict(quantize=8), dict(quantize="8", smooth="0.75"))  # only the declared ones
+
+
 def test_an_empty_record_is_refused_with_its_folder_named(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         rr.main(["--no-run", "--record", str(tmp_path), "--doc", str(tmp_path / "R.md")])

@@ -120,6 +120,15 @@ inline bool encode_row_lanes(const float* xr, int bits, const float* ur, uint8_t
 }
 #endif
 
+// One row at `bits` into o (codes, then lo and s at o + header).
+inline void encode_row(const float* xr, int64_t d, int bits, const float* ur, uint8_t* o, int64_t header) {
+#if defined(__SSE2__)
+    if (d == 16 && encode_row_lanes<16>(xr, bits, ur, o, header)) return;
+    if (d == 8 && encode_row_lanes<8>(xr, bits, ur, o, header)) return;
+#endif
+    encode_row_scan(xr, d, bits, ur, o, header);
+}
+
 // out: rows of `width` bytes, codes first, then lo and s; dither: uniforms, row-major, d per
 // row of x. rows (n sorted indices into x; nullptr: 0..n-1): out row k is x's row rows[k],
 // encoded with that row's uniforms, so its bytes are those an encode of every row gives it.
@@ -130,20 +139,8 @@ inline void encode_rows(const float* x, int64_t n, int64_t d, int bits, const fl
         const int64_t r = rows ? rows[k] : k;
         const float* xr = x + r * d;
         const float* ur = dither + r * d;
-        uint8_t* o = out + k * width;
-#if defined(__SSE2__)
-        if (d == 16 && encode_row_lanes<16>(xr, bits, ur, o, header)) continue;
-        if (d == 8 && encode_row_lanes<8>(xr, bits, ur, o, header)) continue;
-#endif
-        encode_row_scan(xr, d, bits, ur, o, header);
+        encode_row(xr, d, bits, ur, out + k * width, header);
     }
-}
-
-template <typename T>
-inline T decoded(const uint8_t* o, int64_t j, int bits, T lo, T scale) {
-    const int64_t per = 8 / bits;
-    const uint8_t c = bits == 8 ? o[j] : static_cast<uint8_t>((o[j / per] >> (bits * (j % per))) & ((1 << bits) - 1));
-    return lo + static_cast<T>(c) * scale;
 }
 
 inline void header_of(const uint8_t* o, int64_t width, float* lo, float* scale) {
@@ -151,28 +148,43 @@ inline void header_of(const uint8_t* o, int64_t width, float* lo, float* scale) 
     std::memcpy(scale, o + width - 4, 4);
 }
 
+// One row of `width` bytes at BITS: y[j] = lo + c_j * s (float32), or with ADD t[j] += the
+// same in float64 (the owner's gradient shard).
+template <int BITS, bool ADD, typename T>
+inline void decode_row_as(const uint8_t* o, int64_t d, int64_t width, T* y) {
+    constexpr int per = 8 / BITS;
+    constexpr int mask = (1 << BITS) - 1;
+    float lo32, scale32;
+    header_of(o, width, &lo32, &scale32);
+    const T lo = lo32, scale = scale32;
+    for (int64_t j = 0; j < d; ++j) {
+        const uint8_t c = BITS == 8 ? o[j] : static_cast<uint8_t>((o[j / per] >> (BITS * (j % per))) & mask);
+        const T v = lo + static_cast<T>(c) * scale;
+        if (ADD) y[j] += v; else y[j] = v;
+    }
+}
+
+inline void decode_row(const uint8_t* o, int64_t d, int bits, int64_t width, float* y) {
+    if (bits == 8) decode_row_as<8, false>(o, d, width, y);
+    else if (bits == 4) decode_row_as<4, false>(o, d, width, y);
+    else decode_row_as<2, false>(o, d, width, y);
+}
+
+inline void accumulate_row(const uint8_t* o, int64_t d, int bits, int64_t width, double* t) {
+    if (bits == 8) decode_row_as<8, true>(o, d, width, t);
+    else if (bits == 4) decode_row_as<4, true>(o, d, width, t);
+    else decode_row_as<2, true>(o, d, width, t);
+}
+
 // out[r, j] = lo + c * s, float32.
 inline void decode_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width, float* out) {
-    for (int64_t r = 0; r < n; ++r) {
-        const uint8_t* o = packed + r * width;
-        float lo, scale;
-        header_of(o, width, &lo, &scale);
-        float* y = out + r * d;
-        for (int64_t j = 0; j < d; ++j) y[j] = decoded<float>(o, j, bits, lo, scale);
-    }
+    for (int64_t r = 0; r < n; ++r) decode_row(packed + r * width, d, bits, width, out + r * d);
 }
 
 // target[offsets[r], j] += lo + c * s, in float64 (the owner's gradient shard).
 inline void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
                             const int64_t* offsets, double* target) {
-    for (int64_t r = 0; r < n; ++r) {
-        const uint8_t* o = packed + r * width;
-        float lo, scale;
-        header_of(o, width, &lo, &scale);
-        double* t = target + offsets[r] * d;
-        const double lo64 = lo, scale64 = scale;
-        for (int64_t j = 0; j < d; ++j) t[j] += decoded<double>(o, j, bits, lo64, scale64);
-    }
+    for (int64_t r = 0; r < n; ++r) accumulate_row(packed + r * width, d, bits, width, target + offsets[r] * d);
 }
 
 }  // namespace sni

@@ -59,7 +59,7 @@ def test_a_block_round_trips_each_row_at_its_width(dim):
     block = encode_mixed(x, bits, _gen(4))
     assert block.dtype == torch.uint8 and block.numel() == mixed_size(bits, dim) == \
         13 + sum(packed_width(dim, int(b)) for b in bits)
-    assert np.array_equal(block_bits(block, 50, dim), bits)
+    assert np.array_equal(block_bits(block, 50), bits)
     counts = {}
     rows = decode_mixed(block, 50, dim, counts)
     assert counts == {8: 20, 4: 10, 2: 20}
@@ -87,12 +87,15 @@ def test_bad_blocks_and_widths_are_refused_by_name():
     with pytest.raises(ValueError, match="one width of 2, 4 or 8 bits per row"):
         encode_mixed(x, np.array([8, 8, 3, 8]), _gen())
     block = encode_mixed(x, np.array([8, 4, 2, 8], dtype=np.uint8), _gen())
-    with pytest.raises(ValueError, match="at the widths it names takes"):
+    with pytest.raises(ValueError, match="does not hold 4 rows of 16 values at the widths it names"):
         decode_mixed(block[:-1], 4, 16)
     bad = block.clone()
     bad[0] = 0xFF  # width code 3
-    with pytest.raises(ValueError, match="names a width other than 2, 4 or 8"):
+    with pytest.raises(ValueError, match="does not hold 4 rows of 16 values at the widths it names"):
         decode_mixed(bad, 4, 16)
+    with pytest.raises(IndexError, match=r"offsets must lie in \[0, 4\)"):
+        mixed_accumulate_handler({"g": torch.zeros(4, 16, dtype=torch.float64)}, "g", torch.tensor([0, 1, 2, 4]),
+                                 block)
     with pytest.raises(TypeError, match="contiguous float64 shard"):
         mixed_accumulate_handler({"g": torch.zeros(4, 16)}, "g", torch.arange(4), block)
 
@@ -104,9 +107,9 @@ def test_an_owners_server_answers_a_chosen_width_pull_as_the_reader_decodes_it(s
     id_sets.RegisterSetRequest("h1", 2, "halo", members, weights).process_request(server)
     block = id_sets.PullSetRequest("h1", 2, "halo", after=0, code=ADAPTIVE).process_request(server).rows
     stored = kv.data_store["h1"][members - 100]
-    assert np.array_equal(block_bits(block, 5, 16), choose_bits(stored, weights))
+    assert np.array_equal(block_bits(block, 5), choose_bits(stored, weights))
     rows = decode_mixed(block, 5, 16)
-    bits = torch.from_numpy(block_bits(block, 5, 16).astype(np.float32))
+    bits = torch.from_numpy(block_bits(block, 5).astype(np.float32))
     step = (stored.max(1).values - stored.min(1).values) / (2 ** bits - 1)
     assert torch.all((rows - stored).abs() <= step[:, None] * (1 + 1e-5) + 1e-6)
     again = id_sets.PullSetRequest("h1", 2, "halo", after=0, code=ADAPTIVE).process_request(server).rows
@@ -115,3 +118,27 @@ def test_an_owners_server_answers_a_chosen_width_pull_as_the_reader_decodes_it(s
         id_sets.PullSetRequest("h1", 2, "halo", code=7).process_request(server)
     with pytest.raises(ValueError, match="2 weights for 5 members"):
         id_sets.RegisterSetRequest("h1", 2, "halo", members, weights[:2]).process_request(server)
+
+
+@pytest.mark.parametrize("dim", [16, 8, 7])
+def test_the_compiled_block_holds_each_row_as_the_reference_encodes_it_at_its_width(dim):
+    from dgl_sni import _ops
+    from tests.dgl_sni.halo import quantize_ref
+    g = _gen(8)
+    n = 11
+    x = torch.randn(n, dim, generator=g) * torch.logspace(-3, 1, n)[:, None]
+    dither = torch.rand(n * dim, generator=g)
+    codes = np.array([2, 0, 1, 1, 2, 0, 0, 1, 2, 2, 0], dtype=np.uint8)  # 8, 2, 4, 4, 8, ... bits
+    bits = np.array([2, 4, 8], dtype=np.uint8)[codes]
+    out = np.empty(mixed_size(bits, dim), dtype=np.uint8)
+    _ops.encode_block_into(x.numpy(), dither.numpy(), codes, out)
+    head = (n + 3) // 4
+    assert [(out[r // 4] >> (2 * (r % 4))) & 3 for r in range(n)] == codes.tolist()
+    at = head
+    for b in (8, 4, 2):  # the groups, widest first, each in message order
+        for r in np.flatnonzero(bits == b):
+            ref = quantize_ref.encode(x[r:r + 1], int(b), dither[r * dim:(r + 1) * dim])
+            width = packed_width(dim, int(b))
+            assert bytes(out[at:at + width]) == bytes(ref.numpy()[0]), (r, b)
+            at += width
+    assert at == out.size
