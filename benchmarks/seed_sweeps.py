@@ -149,7 +149,7 @@ class PeerComparison:
                        ("BNS-GCN", ("bns-0.1", "bns-0.3")))
 
 
-PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k.json",))
+PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k-sets.json",))
 
 
 def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
