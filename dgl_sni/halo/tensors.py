@@ -48,9 +48,10 @@ class LayerTensors:
     (:mod:`dgl_sni.halo.quantize`); evaluation, which is exact, moves float32 rows through a
     set of its own (``eval_emb``). With ``adaptive`` as well (a width per row, up to
     ``quantize`` bits: :mod:`dgl_sni.halo.bit_choice`) the embedding tensors hold float32
-    rows, which the owners' servers encode as they send them, and serve evaluation too. With ``pipeline`` there are two sets, ``emb``/``grad``
-    for even steps and ``emb_odd``/``grad_odd`` for odd ones (:meth:`for_step`). Made by the
-    worker session, used by :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
+    rows, which the owners' servers encode as they send them, and serve evaluation too. With
+    ``pipeline`` there are two sets, ``emb``/``grad`` for even steps and ``emb_odd``/``grad_odd``
+    for odd ones (:meth:`for_step`). Made by the worker session, used by
+    :class:`~dgl_sni.halo.exchange.KVHaloExchange`.
     """
 
     def __init__(self, graph, dims: list, name: str = "sni", tier_root: str | None = None, *, quantize: int,

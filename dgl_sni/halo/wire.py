@@ -124,7 +124,9 @@ class HaloWire:
             raise ValueError("quantized halo rows need the owned rows in memory (not the storage tier)")
         if isinstance(rows, torch.Tensor):
             rows, chosen = rows.detach(), self._published
-            if self.bits and not self.adaptive:  # (adaptive: the servers encode what they send)  # the chosen rows' bytes are those of the encode of every owned row
+            # the chosen rows' bytes are those of the encode of every owned row; rows whose widths
+            # are chosen per row are written as float32 (the servers encode what they send)
+            if self.bits and not self.adaptive:
                 rows = encode(rows, self.bits, self._coder(layer, 0),
                               rows=None if chosen is None else chosen.numpy())
             elif chosen is not None:
