@@ -17,8 +17,8 @@ every owner orders this trainer's pushes before anything the trainer does next.
 A pull is split in two: :meth:`HaloIdSet.send_pull` sends its requests and returns a
 :class:`PendingPull`, whose :meth:`~PendingPull.wait` receives the answers (matched by
 message sequence number, so several pulls may be in flight and complete in any order).
-Pipelined steps leave a pull on the wire while the trainer computes; :meth:`HaloIdSet.pull`
-waits at once. Precondition (the caller's to keep): while a pull is pending, no other code
+Pipelined steps leave a pull on the wire while the trainer computes; other pulls wait at
+once. Precondition (the caller's to keep): while a pull is pending, no other code
 of this process receives DGL RPC messages (a blocking ``DistTensor`` read, a flush, an
 await of pushes); a message that belongs to no pending pull raises.
 
@@ -54,6 +54,8 @@ from dgl.distributed import rpc
 from dgl.distributed.kvstore import default_pull_handler
 
 from ..messages import FieldState
+from .bit_choice import ADAPTIVE, choose_bits, encode_mixed
+from .quantize import row_seed
 
 REGISTER_SET = 906211  # DGL's own services use 9012xx, the write notices 90620x
 PULL_SET = 906212
@@ -151,13 +153,11 @@ class PullSetRequest(FieldState, rpc.Request):
 def _encoded(rows: torch.Tensor, request: PullSetRequest) -> torch.Tensor:
     """A pull's rows as the block of widths chosen per row (:mod:`dgl_sni.halo.bit_choice`),
     rounded with uniforms drawn from the set, the tensor and the publish the pull reads."""
-    from .bit_choice import ADAPTIVE, choose_bits, encode_mixed
-    from .quantize import row_seed
     if request.code != ADAPTIVE:
         raise ValueError(f"a set pull's code must be 0 or {ADAPTIVE} (chosen widths), got {request.code}")
+    if request.share < 1.0:
+        raise ValueError("a sampled pull moves float32 rows: widths are chosen for every member")
     weights = _SETS[(request.rank, request.key)][2]
-    if weights is not None and request.share < 1.0:
-        weights = weights[torch.from_numpy(sampled(request.draw, weights.numel(), request.share))]
     seed = row_seed(zlib.crc32(request.name.encode()), request.after, 0, request.rank, 2)
     return encode_mixed(rows, choose_bits(rows, weights), torch.Generator().manual_seed(seed))
 
@@ -369,15 +369,12 @@ class HaloIdSet:
             where.append(positions[torch.from_numpy(sampled(draw, count, share))])
         return SetSample(share, draws, where)
 
-    def pull(self, name: str, template: torch.Tensor) -> torch.Tensor:
-        """Every member row of tensor ``name`` (rows shaped and typed like ``template``'s)."""
-        return self.send_pull(name, template).wait()
-
     def send_pull(self, name: str, template: torch.Tensor, sample: SetSample | None = None, code: int = 0,
                   decode=None) -> PendingPull:
-        """Send the requests of :meth:`pull` (``sample``: only its members; the others' rows
-        are zero; ``code``: how the owners encode the rows, ``decode(block, count)`` the rows
-        of an owner's answer); the rows arrive at :meth:`PendingPull.wait`."""
+        """Send the pull of every member row of tensor ``name`` (rows shaped and typed like
+        ``template``'s; ``sample``: only its members, the others' rows zero; ``code``: how the
+        owners encode the rows, ``decode(block, count)`` the rows of an owner's answer); the
+        rows arrive at :meth:`PendingPull.wait`."""
         shape = (self.size,) + tuple(template.shape[1:])
         rows = torch.empty(shape, dtype=template.dtype) if sample is None else torch.zeros(shape, dtype=template.dtype)
         parts = []
@@ -445,6 +442,11 @@ class SetSample:
     share: float
     draws: list
     where: list
+
+    @property
+    def count(self) -> int:
+        """How many members are sampled."""
+        return sum(int(w.numel()) for w in self.where)
 
     @property
     def positions(self) -> torch.Tensor:

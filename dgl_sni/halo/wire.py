@@ -187,7 +187,7 @@ class HaloWire:
         tensor = self.emb[layer]
         with self.counters.timing("comm_s"):
             rows = self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition, sample).wait()
-        picked = sample.positions.numel()
+        picked = sample.count
         self.counters.bytes_recv += picked * rows.shape[1] * rows.element_size()
         self.counters.add("pulled_rows", picked)
         return rows.numpy() / np.float32(sample.share)
@@ -201,7 +201,7 @@ class HaloWire:
         data = grad_halo.contiguous() / sample.share
         with self.counters.timing("comm_s"):
             self.halo_set.push(self.grad[layer].kvstore_key, data, sample)
-        picked = sample.positions.numel()
+        picked = sample.count
         self.counters.bytes_sent += picked * data.shape[1] * data.element_size()
         self.counters.add("pushed_rows", picked)
 

@@ -116,6 +116,8 @@ def test_an_owners_server_answers_a_chosen_width_pull_as_the_reader_decodes_it(s
     assert torch.equal(again, block)  # rounded from the set, the tensor and the publish: repeatable
     with pytest.raises(ValueError, match="a set pull's code must be 0 or 1"):
         id_sets.PullSetRequest("h1", 2, "halo", code=7).process_request(server)
+    with pytest.raises(ValueError, match="a sampled pull moves float32 rows"):
+        id_sets.PullSetRequest("h1", 2, "halo", share=0.5, draw=1, code=ADAPTIVE).process_request(server)
     with pytest.raises(ValueError, match="2 weights for 5 members"):
         id_sets.RegisterSetRequest("h1", 2, "halo", members, weights[:2]).process_request(server)
 
