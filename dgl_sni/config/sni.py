@@ -146,10 +146,11 @@ class SNIConfig:
     stale_eval: bool = option(False, "evaluate stale epochs with the rows served to training (approximate) "
                                      "instead of pulling fresh ones (exact, the default)", sweep=True)
     halo_sample: float = option(0.0, "boundary node sampling as in BNS-GCN (a peer method, for comparison): "
-                                     "each training step of an exact run pulls a random share P of every "
-                                     "hidden layer's halo rows, scaled by 1/P, and pushes only their "
-                                     "gradients; the others are left out of the step (the input layer keeps "
-                                     "its features). 0: off", sweep=True)
+                                     "each sync training step pulls a random share P of every hidden "
+                                     "layer's halo rows, scaled by 1/P, and pushes only their gradients; the "
+                                     "others are left out of the step (the input layer keeps its features). "
+                                     "With stale epochs, they take what the last sync pulled, as it pulled "
+                                     "it. 0: off", sweep=True)
     prefetch: bool = option(True, "ask the agent for a stale step's rows (a sync step's preview) at the "
                                   "step's start, so it computes them while the trainer computes the layers "
                                   "below (the paper's asynchronous pipeline); --no-prefetch asks when the "

@@ -87,10 +87,15 @@ class TrainConfig:
                              "(--stale-halo summed, in memory)")
         if self.output.resume is not None:
             resume_point(self.output.resume, self.model.epochs)  # before the cluster starts
-        if self.sni.halo_sample and (self.sni_active or self.pipelined or self.tier.storage_tier or self.sni.quantize):
-            raise ValueError("--halo-sample (boundary node sampling) samples the rows of exact steps: it needs "
-                             "--sync-interval 1, float32 rows (--quantize 0), no --sync-policy pipeline and no "
-                             "--storage-tier")
+        if self.sni.halo_sample and (self.pipelined or self.tier.storage_tier or self.sni.bit_choice == "adaptive"):
+            raise ValueError("--halo-sample (boundary node sampling) samples the rows sync steps pull from their "
+                             "owners' memory at one width: it cannot run with --sync-policy pipeline, "
+                             "--storage-tier or --bit-choice adaptive")
+        if self.sni.halo_sample and self.sni_active and (self.sni.predictor != "cache"
+                                                         or self.sni.sync_policy == "adaptive"):
+            raise ValueError("--halo-sample with stale epochs needs --predictor cache and a sync policy other than "
+                             "adaptive: a sampled sync leaves every row it did not draw at zero in the rows the "
+                             "cache keeps, which a predictor would extrapolate and the adaptive policy compare")
         if self.pipelined and self.tier.storage_tier:
             raise ValueError("--sync-policy pipeline is not supported with --storage-tier (the tier's "
                              "layers publish rows unit by unit, and a pipelined step would need two copies)")

@@ -189,10 +189,9 @@ class KVHaloExchange:
             return Resolved(rows, np.full(rows.shape[0], int(Origin.PIPELINED), dtype=np.uint8))
         if lp.source is Source.KEPT_SUM:
             raise RuntimeError(f"layer {layer}'s halo rows were not fetched: the plan gave it their kept sum")
-        if lp.source is Source.SAMPLED:
+        if lp.source is Source.SAMPLED:  # observed as a sync's rows: stale steps take them as pulled
             wire.publish(layer, publish)
-            rows = wire.pull_sampled(layer, self._picked)
-            return Resolved(rows, np.full(rows.shape[0], int(Origin.PULLED), dtype=np.uint8))
+            return self.planner.fresh(layer, wire.pull_sampled(layer, self._picked), owned)
         pending = self._started.pop(layer, None)
         if pending is None:
             wire.publish(layer, publish)

@@ -182,9 +182,9 @@ class HaloPlanner:
     gradients over steps (``--smooth`` of a pipelined run; 0: as they are);
     ``sum_stale``: stale training steps take summed halo rows where a layer can take them so;
     ``sync_sums``: how the other training steps take theirs (``rows``, ``inputs`` or
-    ``summed``); ``sample``: the share of halo rows an exact training step pulls (boundary node
-    sampling, ``--halo-sample``; 0: all). ``takes``: what each layer can take its halo rows as,
-    as the model declares it (:meth:`~dgl_sni.models.TrainableModel.halo_takes`: index 0 the
+    ``summed``); ``sample``: the share of halo rows a training sync step pulls (boundary node
+    sampling, ``--halo-sample``; 0: all; stale steps take what the last sync pulled). ``takes``:
+    what each layer can take its halo rows as, as the model declares it (:meth:`~dgl_sni.models.TrainableModel.halo_takes`: index 0 the
     input layer, then one per entry of ``dims``; default: every layer splits, as the built-in
     GCN's do); every form the plan gives a layer is one it declares.
     """
@@ -213,9 +213,9 @@ class HaloPlanner:
         self.num_halo = int(len(halo_ids))
         self.bits, self.tier_backed, self.pipeline_from = bits, tier_backed, pipeline_from
         self.sum_stale, self.sync_sums = sum_stale, sync_sums
-        if sample and (cfg is not None or pipeline_from is not None or tier_backed or bits):
-            raise ValueError("boundary node sampling samples the rows of exact float32 steps in memory")
-        self.sample = sample  # the share of halo rows a training step pulls (0: every row)
+        if sample and (pipeline_from is not None or tier_backed):
+            raise ValueError("boundary node sampling samples the rows sync steps pull from their owners' memory")
+        self.sample = sample  # the share of halo rows a training sync step pulls (0: every row)
         self.smoothing = cfg.smooth if cfg is not None else 0.0
         self.pipeline_smoothing = pipeline_smoothing  # what pipelined steps average old rows and gradients with
         self.schedule = make_schedule(cfg)
@@ -279,7 +279,7 @@ class HaloPlanner:
         true_rows, true_grads = cfg.truth(layer) if stale else (False, False)
         if mode == "pipelined":
             source = Source.PREVIOUS
-        elif self.sample and training:
+        elif self.sample and training and not stale:
             source = Source.SAMPLED
         elif true_rows:
             source = Source.TRUE
@@ -288,7 +288,7 @@ class HaloPlanner:
         else:
             source = Source.TIER if self.tier_backed else Source.PULLED
         takes = self.takes[layer]
-        summed = takes.sum and self.sum_stale and training and \
+        summed = takes.sum and self.sum_stale and training and source is not Source.SAMPLED and \
             (stale or (mode == "sync" and self.sync_sums == "summed"))
         if summed:
             form = Form.SUM

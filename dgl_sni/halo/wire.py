@@ -176,12 +176,15 @@ class HaloWire:
     def sample(self, share: float) -> SetSample:
         """The halo rows this trainer's step samples, each with probability ``share``, drawn
         from ``(seed, step, rank)`` and each owner alone (the owners' servers draw them again)."""
+        if self.adaptive and self.bits:
+            raise ValueError("sampled halo rows move at one width: their widths cannot be chosen per row")
         return self.halo_set.sample(share, (self.seed, self.step, self.collective.rank, 0xB5))
 
     def pull_sampled(self, layer: int, sample: SetSample) -> np.ndarray:
         """Every halo row of layer ``layer``: the sampled ones scaled by ``1 / share``, the others
-        zero. Pulled through the registered set once their owners announced the write, as an
-        exact step's rows (no ids on the wire, no barrier). Counts the rows and their bytes."""
+        zero. Pulled through the registered set once their owners announced the write, as a
+        sync step's rows (no ids on the wire, no barrier), decoded where they travel quantized
+        (an unsampled row's zero bytes decode to zeros). Counts the rows and their bytes."""
         if not self.num_halo:
             return np.zeros((0, self.dims[layer - 1]), dtype=np.float32)
         tensor = self.emb[layer]
@@ -190,15 +193,17 @@ class HaloWire:
         picked = sample.count
         self.counters.bytes_recv += picked * rows.shape[1] * rows.element_size()
         self.counters.add("pulled_rows", picked)
-        return rows.numpy() / np.float32(sample.share)
+        return self.decode(layer, rows) / np.float32(sample.share)
 
     def push_sampled(self, layer: int, grad_halo: torch.Tensor, sample: SetSample) -> None:
         """Push the gradients of the sampled halo rows (scaled by ``1 / share``, as their rows
-        were) through the registered set; their owners add them up and count the round
-        (:meth:`end_round`)."""
+        were; encoded where gradients travel quantized) through the registered set; their
+        owners add them up and count the round (:meth:`end_round`)."""
         if not self.num_halo:
             return
         data = grad_halo.contiguous() / sample.share
+        if self.bits:
+            data = encode(data, self.bits, self._coder(layer, 1))
         with self.counters.timing("comm_s"):
             self.halo_set.push(self.grad[layer].kvstore_key, data, sample)
         picked = sample.count

@@ -14,6 +14,11 @@ RUNS = {
                          dropout=0.0),
     "defaults": dict(),  # the fast preset's stale settings
     "bit-choice": dict(bit_choice="adaptive"),  # the same with a width per row (AdaQP's choice)
+    # boundary node sampling of the sync steps (BNS-GCN in fast's setting): every row, in float32
+    # beside the same run unsampled; half the rows at 8 bits beside "defaults"
+    "float32": dict(quantize=0),
+    "sampled-every-row": dict(quantize=0, halo_sample=1.0),
+    "sampled-half": dict(halo_sample=0.5),
     "exchange": dict(predictor="cache", stale_grad="exchange"),
     "skip": dict(predictor="cache", stale_grad="skip", dropout=0.0),
     "last": dict(predictor="cache", stale_grad="last", dropout=0.0),
@@ -105,6 +110,30 @@ def test_a_width_per_row_moves_fewer_bytes_than_8_bits_and_trains_alike(runs):
         if a["mode"] == "sync":
             assert 0 < a["bytes_recv"] < b["bytes_recv"] and 0 < a["bytes_sent"] < b["bytes_sent"]
         assert abs(a["loss"] - b["loss"]) < 0.05 * b["loss"]
+
+
+@needs_netns
+def test_sampled_syncs_feed_the_stale_epochs_what_they_pulled(runs):
+    """``--halo-sample`` with stale epochs: sampling every row pulls every row through the
+    sampled requests, observed as a sync's rows, so the stale epochs serve and sum the same rows
+    as the unsampled run: the same losses to float order. Sampling half at 8 bits moves about
+    half the rows each way at the syncs (decoded, the run trains) and nothing on stale epochs,
+    which serve every halo row from the cache."""
+    (plain, _), (every, _) = runs["float32"], runs["sampled-every-row"]
+    for a, b in zip(plain["epochs"], every["epochs"]):
+        assert a["mode"] == b["mode"] and abs(a["loss"] - b["loss"]) < 1e-5 * abs(a["loss"]), (a, b)
+    assert every["config"]["halo_sample"] == 1.0 and every["in_effect"]["quantize"] == 0
+    (full, halo), (half, _) = _epochs(runs, "defaults"), _epochs(runs, "sampled-half")
+    assert runs["sampled-half"][0]["in_effect"]["quantize"] == 8
+    for f, h in zip(full, half):
+        assert f["mode"] == h["mode"]
+        if h["mode"] == "sync":
+            for key in ("pulled_rows", "pushed_rows", "bytes_recv", "bytes_sent"):
+                assert 0.3 < h[key] / f[key] < 0.7, (key, h[key], f[key])
+        else:
+            assert h["bytes_sent"] == h["bytes_recv"] == 0 and h["cached_rows"] == 2 * halo
+    losses = [e["loss"] for e in half]
+    assert all(0 < x < 10 for x in losses) and losses != [e["loss"] for e in full]
 
 
 @needs_netns

@@ -330,13 +330,19 @@ def test_config_errors_name_the_setting(tmp_path):
         SNIConfig.from_file(str(bad))
 
 
-def test_boundary_node_sampling_is_for_exact_float32_steps_in_memory():
+def test_boundary_node_sampling_samples_sync_steps_in_memory_at_one_width():
     ok = TrainConfig.from_dict(dict(halo_sample=0.3)).validate()
     assert ok.sni.halo_sample == 0.3 and not ok.sni_active
-    for bad in (dict(preset="fast"), dict(sync_interval=4), dict(quantize=8), dict(sync_policy="pipeline"),
-                dict(storage_tier="/t")):
-        with pytest.raises(ValueError, match="--halo-sample"):
+    for fine in (dict(preset="fast"), dict(sync_interval=4), dict(quantize=8), dict(quantize=4)):
+        assert TrainConfig.from_dict(dict(halo_sample=0.3, **fine)).validate().sni.halo_sample == 0.3
+    assert TrainConfig.from_dict(dict(halo_sample=0.3, preset="fast")).validate().sni_active
+    for bad, why in ((dict(sync_policy="pipeline"), "pipeline"), (dict(storage_tier="/t"), "storage-tier"),
+                     (dict(quantize=8, bit_choice="adaptive"), "bit-choice adaptive"),
+                     (dict(preset="fast", predictor="linear-trend"), "predictor cache"),
+                     (dict(preset="fast", sync_policy="adaptive"), "other than adaptive")):
+        with pytest.raises(ValueError, match="--halo-sample") as err:
             TrainConfig.from_dict(dict(halo_sample=0.3, **bad)).validate()
+        assert why in str(err.value)
     with pytest.raises(ValueError, match=r"--halo-sample must lie in \[0, 1\]"):
         TrainConfig.from_dict(dict(halo_sample=1.5)).validate()
 

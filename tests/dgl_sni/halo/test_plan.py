@@ -56,14 +56,33 @@ def test_tier_backed_rows_are_pulled_from_the_owners_files_as_whole_rows():
         _planner(tier_backed=True, bits=8)
 
 
-def test_sampled_steps_pull_a_share_by_id_as_whole_rows_and_evaluation_pulls_every_row():
-    planner, _ = _planner(sample=0.3)
+@pytest.mark.parametrize("bits", [0, 8])
+def test_sampled_steps_pull_a_share_as_whole_rows_and_evaluation_pulls_every_row(bits):
+    planner, _ = _planner(sample=0.3, bits=bits)
     plan = planner.plan(0, training=True)
     assert all((lp.source, lp.form, lp.grad) == (Source.SAMPLED, Form.ROWS, Grad.PUSH) for lp in plan.layers.values())
     assert all(lp.source is Source.PULLED for lp in planner.plan(0, training=False).layers.values())
-    for bad in (dict(cfg=_stale_cfg()), dict(bits=8), dict(tier_backed=True), dict(pipeline_from=2)):
-        with pytest.raises(ValueError, match="boundary node sampling samples the rows of exact float32 steps"):
+    for bad in (dict(tier_backed=True), dict(pipeline_from=2)):
+        with pytest.raises(ValueError, match="boundary node sampling samples the rows sync steps pull"):
             _planner(sample=0.3, **bad)
+
+
+def test_stale_runs_sample_their_sync_steps_and_stale_steps_take_what_the_sync_pulled(agent):
+    """With stale epochs the sync training steps sample (as rows, their gradients pushed); the
+    stale steps sum what the cache holds, as they do without sampling; evaluation pulls every row."""
+    cfg = _stale_cfg()  # warm-up 1, interval 2: steps 0 and 1 sync, 2 is stale, 3 syncs
+    planner, _ = _planner(agent=agent, cfg=cfg, sample=0.3, bits=8, sum_stale=True, sync_sums="summed")
+    for step, mode in ((0, "sync"), (1, "sync")):
+        plan = planner.plan(step, training=True)
+        assert plan.mode == mode
+        assert all((lp.source, lp.form, lp.grad) == (Source.SAMPLED, Form.ROWS, Grad.PUSH)
+                   for lp in plan.layers.values())
+        assert all(not lp.keep_sum for lp in plan.layers.values())  # rows, not a sum: the stale step sums them
+    for lp in planner.plan(1, training=False).layers.values():
+        assert lp.source is Source.PULLED
+    stale = planner.plan(2, training=True)
+    assert stale.mode == "stale"
+    assert all(lp.source is Source.SERVED and lp.form is Form.SUM and lp.keep_sum for lp in stale.layers.values())
 
 
 def test_pipelined_steps_use_the_previous_steps_rows_and_defer_their_gradients():
