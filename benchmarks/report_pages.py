@@ -188,10 +188,11 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
         "AdaQP's stochastic quantization at a fixed width, `adaqp-own` and `adaqp-fast` its bit choice per row, "
         "solved per message in closed form where AdaQP solves one integer program over every link (its time is the "
         "slowest link's) every few epochs, and the rows' variance weighted by how many rows aggregate them where "
-        "AdaQP weighs it by their aggregation coefficients; `bns-*` samples boundary rows per epoch as BNS-GCN "
+        "AdaQP weighs it by their aggregation coefficients; `bns-0.*` samples boundary rows per epoch as BNS-GCN "
         "does (scaled by 1/p, full-graph degrees) and leaves the input layer's boundary features whole, as BNS-GCN "
         "does with `--use-pp`; its rows travel through the registered sets exact steps use, with no "
-        "barrier. DGL's own distributed "
+        "barrier; `bns-fast-*` samples the same way at `fast`'s syncs, and its stale epochs reuse what the sync "
+        "pulled (BNS-GCN has no stale epochs). DGL's own distributed "
         "GraphSAGE example is run unchanged below, from a copy of DGL's repository (not shipped with the project).",
         "",
     ]

@@ -31,13 +31,14 @@ RESULTS = os.path.join(ROOT, "benchmarks", "results")
 # against it), declared in benchmarks/configs/peers.json so that one command trains them over seeds:
 #   python benchmarks/bench_e2e.py --preset full --graphs syn200k --links 1gbit \
 #       --configs benchmarks/configs/peers.json --seeds 0,1,2
-# (the rows after bns-0.3 are the peers in their own settings; those before, in fast's)
+# (SETTING says which rows are the peers in their own settings and which in fast's)
 PEERS_CONFIG = os.path.join(ROOT, "benchmarks", "configs", "peers.json")
 with open(PEERS_CONFIG) as _fh:
     METHODS = json.load(_fh)
 SETTING = {  # which setting each row of the comparison is in
     "cache-no-averaging": "fast's", "linear-trend": "fast's", "pipelined": "fast's", "exact-8bit": "own",
-    "exact-4bit": "own", "adaqp-fast": "fast's", "bns-0.1": "own", "bns-0.3": "own", "sancus-own": "own",
+    "exact-4bit": "own", "adaqp-fast": "fast's", "bns-0.1": "own", "bns-0.3": "own",
+    "bns-fast-0.1": "fast's", "bns-fast-0.3": "fast's", "sancus-own": "own",
     "adaqp-own": "own", "pipegcn-own": "own", "sni-paper-3": "own", "sni-paper-5": "own",
 }
 WHAT = {
@@ -54,6 +55,9 @@ WHAT = {
     "bns-0.1": "BNS-GCN-like boundary node sampling: each epoch pulls a random 10% of the hidden layers' halo rows "
                "(scaled by 1/p) and pushes only their gradients; the input layer keeps every halo feature",
     "bns-0.3": "the same with 30% of the halo rows",
+    "bns-fast-0.1": "`fast` with BNS-GCN's sampling (`--halo-sample 0.1`): each sync pulls 10% of the hidden layers' "
+                    "halo rows (scaled by 1/p) and pushes their gradients; the stale epochs reuse what it pulled",
+    "bns-fast-0.3": "the same with 30% of the halo rows",
     "sancus-own": "SANCUS's own setting, as near as the project has it: float32 cached rows, no averaging or smoothing, "
                   "a sync whenever the exchanged layers' weights moved more than 5% since the last one, at least every "
                   "4th epoch (SANCUS skips a broadcast while its embeddings' change stays under a bound)",

@@ -146,10 +146,10 @@ class PeerComparison:
                        ("the SNI paper", ("linear-trend", "sni-paper-3", "sni-paper-5")),
                        ("PipeGCN", ("pipelined", "pipegcn-own")),
                        ("AdaQP", ("adaqp-fast", "exact-8bit", "exact-4bit", "adaqp-own")),
-                       ("BNS-GCN", ("bns-0.1", "bns-0.3")))
+                       ("BNS-GCN", ("bns-fast-0.1", "bns-fast-0.3", "bns-0.1", "bns-0.3")))
 
 
-PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k-sets.json",))
+PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k-bns-fast.json",))
 
 
 def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
