@@ -47,7 +47,8 @@ def partition_block(data, parts: int, model: str):
     in_deg, out_deg = data.degrees()
     block = build_block(pos[data.src[keep]], pos[data.dst[keep]], order.size, owned.size, out_deg[order],
                         in_deg[owned], self_loops=model in MODELS_WITH_SELF_LOOPS, src_keys=order)
-    return block, torch.from_numpy(data.features[order]), torch.from_numpy(data.labels[owned]).long()
+    train = torch.from_numpy(data.masks()["train_mask"][owned])  # the loss reads the owned training rows, as a trainer's
+    return block, torch.from_numpy(data.features[order]), torch.from_numpy(data.labels[owned]).long(), train
 
 
 class LocalHalo(WholeGraph):
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     cfg = ModelConfig(model=ns.model if not ns.model_file else "gcn", model_file=ns.model_file, layers=ns.layers,
                       hidden=ns.hidden, heads=ns.heads, dropout=0.5)
     arch = "custom" if ns.model_file else ns.model
-    block, x, labels = partition_block(data, ns.parts, arch)
+    block, x, labels, train = partition_block(data, ns.parts, arch)
     model = build(cfg, x.shape[1], data.num_classes).train()
     takes = model.halo_takes(block, x) if ns.stale else None
     halo = LocalHalo(block.num_src - block.num_dst, takes)
@@ -109,7 +110,8 @@ def main(argv=None) -> int:
 
     def step(i):
         opt.zero_grad()
-        loss = torch.nn.functional.cross_entropy(model(block, x, halo, step=i, split=split), labels)
+        logits = model(block, x, halo, step=i, split=split)
+        loss = torch.nn.functional.cross_entropy(logits[train], labels[train])
         loss.backward()
         opt.step()
 
