@@ -47,7 +47,7 @@ def partition_block(data, parts: int, model: str):
     in_deg, out_deg = data.degrees()
     block = build_block(pos[data.src[keep]], pos[data.dst[keep]], order.size, owned.size, out_deg[order],
                         in_deg[owned], self_loops=model in MODELS_WITH_SELF_LOOPS, src_keys=order)
-    train = torch.from_numpy(data.masks()["train_mask"][owned])  # the loss reads the owned training rows, as a trainer's
+    train = torch.from_numpy(data.masks()["train_mask"][owned])  # a trainer's loss reads these rows
     return block, torch.from_numpy(data.features[order]), torch.from_numpy(data.labels[owned]).long(), train
 
 

@@ -184,9 +184,10 @@ class HaloPlanner:
     ``sync_sums``: how the other training steps take theirs (``rows``, ``inputs`` or
     ``summed``); ``sample``: the share of halo rows a training sync step pulls (boundary node
     sampling, ``--halo-sample``; 0: all; stale steps take what the last sync pulled). ``takes``:
-    what each layer can take its halo rows as, as the model declares it (:meth:`~dgl_sni.models.TrainableModel.halo_takes`: index 0 the
-    input layer, then one per entry of ``dims``; default: every layer splits, as the built-in
-    GCN's do); every form the plan gives a layer is one it declares.
+    what each layer can take its halo rows as, as the model declares it
+    (:meth:`~dgl_sni.models.TrainableModel.halo_takes`: index 0 the input layer, then one per
+    entry of ``dims``; default: every layer splits, as the built-in GCN's do); every form the
+    plan gives a layer is one it declares.
     """
 
     def __init__(self, cfg: "SNIConfig | None", counters: Counters, halo_ids: np.ndarray, dims: list, *,
