@@ -214,7 +214,7 @@ class HaloWire:
         """Every halo row of layer ``layer`` now, not counted as training traffic (staleness
         measurement: ``measure_bytes``)."""
         with self.counters.timing("comm_s"):
-            true = self.decode(layer, self._set_pull(self.emb[layer]).wait())
+            true = self.decode(layer, self._set_pull(self.emb[layer], counted=False).wait())
         self.counters.add("measure_bytes", true.nbytes)
         return true
 
@@ -246,13 +246,14 @@ class HaloWire:
         self.counters.add("pulled_rows", int(rows.shape[0]))
         return rows
 
-    def _set_pull(self, tensor: DistTensor) -> PendingPull:
+    def _set_pull(self, tensor: DistTensor, counted: bool = True) -> PendingPull:
         """Send the pull of every halo row of ``tensor``, in block row order (no ids on the
         wire); where widths are chosen per row, the owners' servers encode them and the
-        answers are decoded as they arrive."""
+        answers are decoded as they arrive, their widths added to :attr:`widths` unless the
+        pull is a measurement (not ``counted``)."""
         if self.adaptive and self.bits:
             dim = tensor.local_partition.shape[1]
-            counts = self.widths if self.bits else None
+            counts = self.widths if counted else None
             return self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition, code=ADAPTIVE,
                                            decode=lambda block, count: decode_mixed(block, count, dim, counts))
         return self.halo_set.send_pull(tensor.kvstore_key, tensor.local_partition)

@@ -14,6 +14,7 @@ RUNS = {
                          dropout=0.0),
     "defaults": dict(),  # the fast preset's stale settings
     "bit-choice": dict(bit_choice="adaptive"),  # the same with a width per row (AdaQP's choice)
+    "bit-choice-measured": dict(bit_choice="adaptive", measure_staleness=True, stale_halo="rows"),
     # boundary node sampling of the sync steps (BNS-GCN in fast's setting): every row, in float32
     # beside the same run unsampled; half the rows at 8 bits beside "defaults"
     "float32": dict(quantize=0),
@@ -110,6 +111,10 @@ def test_a_width_per_row_moves_fewer_bytes_than_8_bits_and_trains_alike(runs):
         if a["mode"] == "sync":
             assert 0 < a["bytes_recv"] < b["bytes_recv"] and 0 < a["bytes_sent"] < b["bytes_sent"]
         assert abs(a["loss"] - b["loss"]) < 0.05 * b["loss"]
+    # the widths count the rows training pulled: a stale epoch's measurement pulls add none
+    measured, _ = runs["bit-choice-measured"]
+    assert any(e.get("measure_bytes", 0) > 0 for e in measured["epochs"])
+    assert sum(measured["in_effect"]["pulled_bits"].values()) == sum(widths.values())
 
 
 @needs_netns
