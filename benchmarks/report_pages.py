@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import statistics
 
 from benchmarks import seed_sweeps
 from benchmarks.report_suite import EVAL_EVERY, SETTING, WHAT, WORKERS, missing_parts
@@ -164,6 +165,7 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
                   "table). *setting*: the peer's own, or `fast`'s (interval 8, warm-up 5); *x epoch*: the median "
                   "epoch's speed-up; *never*: the run did not reach the target.", "",
                   *seed_sweeps.peer_table(peers, SETTING), ""]
+    lines += peer_code_section(data.get("peer_code_over_seeds"))
     lacking = missing_parts(data)
     if lacking:
         lines += [f"Not measured yet (the suite's parts this report lacks): {'; '.join(lacking)}.", ""]
@@ -179,9 +181,9 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
     lines.append("")
     lines += [
         "The peers are in-project versions, run on the same emulated cluster and the same model; *setting* says "
-        "whether a row runs in the peer's own setting or in `fast`'s (interval 8, warm-up 5). None of the peers' "
-        "own code runs here (written for CUDA; no script in the repository reproduces their figures, so none are "
-        "published). What each in-project version keeps and leaves out: `cache-no-averaging` keeps SANCUS's reuse "
+        "whether a row runs in the peer's own setting or in `fast`'s (interval 8, warm-up 5). BNS-GCN's own code "
+        "also runs here, from its repository at a pinned commit ported to the CPU (its table above); the other "
+        "peers' own code does not (no script in the repository runs it, so no figure of it is published). What each in-project version keeps and leaves out: `cache-no-averaging` keeps SANCUS's reuse "
         "of stale cached rows; `sancus-own` adds a skip test on the weights' drift, not SANCUS's test on each "
         "embedding's; `pipelined` keeps PipeGCN's one-epoch-stale rows and gradients in `fast`'s setting, "
         "`pipegcn-own` adds PipeGCN's smoothing of both (its default 0.95) from the first epoch; the `exact-*bit` runs keep "
@@ -309,8 +311,8 @@ def peer_section(peer: dict | None) -> list:
     if not peer:
         return []
     lines = ["## Boundary node sampling on a second graph", "",
-             "BNS-GCN's own code is not run by this suite: no script in the repository reproduces its figures "
-             "(its CUDA code needs a port), so none are published. The in-project version on a 300k-node graph "
+             "BNS-GCN's own code is not run by this suite (`benchmarks/peer_bns_gcn.py` runs it; its figures are "
+             "in the table over seeds above). The in-project version on a 300k-node graph "
              f"(`{peer.get('graph', 'syn300k-d16')}`), 4 machines at 1 Gbit/s, seed 0:", ""]
     if not peer["ran"]:
         return lines + [f"Not run: {peer['why']}.", ""]
@@ -321,6 +323,56 @@ def peer_section(peer: dict | None) -> list:
                      f"{'no' if r['time_to_target_s'] is None else 'yes'} | {_f(r['time_to_target_s'], '.1f')} | "
                      f"{r['best_val']:.4f} | {_f(r['final_test_delta'], '+.3f')} |")
     return lines + ["", f"Target: interval 1's best validation accuracy minus 0.01 ({peer['target_val_acc']:.4f}).", ""]
+
+
+def peer_code_section(code: dict | None) -> list:
+    """A peer's own code over seeds, beside this project's runs of the same session."""
+    if not code:
+        return []
+    lines = [f"### {code['peer']}'s own code", "",
+             f"{code['peer']}'s code at commit [{code['commit'][:7]}]({code['url']}/tree/{code['commit']}), run by "
+             f"`benchmarks/peer_bns_gcn.py --repo CLONE` on {code['graph']} (seeds {', '.join(map(str, code['seeds']))}, "
+             "4 machines at 1 Gbit/s, 3 layers, hidden 16, dropout 0.5, lr 0.01, 150 epochs): its GCN with its defaults "
+             "(LayerNorm between layers, `--use-pp`, METIS partitions balanced by volume), ported to the CPU by the "
+             "script (device strings, pinned buffers and CUDA streams only; nothing of its code is committed), and every "
+             "epoch's weights evaluated on the whole graph after training. Rate 1 is its code moving every boundary row: "
+             "its own exact training. This project's rows were trained in the same session, so the two sets of times "
+             "are paired by seed; *against its own code at rate 1*: the target is that run's best validation minus 0.01.",
+             "", *seed_sweeps.peer_code_table(code), ""]
+    if code["best"]:
+        x = code["fast_over_best"]
+        lines.append(f"`fast`'s median time to this project's target is {x:.2f}x shorter than {code['peer']}'s code's at its "
+                     f"best rate (`{code['best']}`)." if x >= 1 else
+                     f"`fast`'s median time to this project's target is {1 / x:.2f}x longer than {code['peer']}'s code's "
+                     f"at its best rate (`{code['best']}`).")
+    else:
+        vals = [v for r in code["rows"].values() for v in r["best_val"]]
+        lines.append(f"{code['peer']}'s code at a rate below 1 did not reach this project's target on most seeds"
+                     + ("" if code["exact_reached"] else ", nor did it at rate 1 (its exact training)")
+                     + f": its best validation accuracies over every rate and seed lie at {min(vals):.4f}-{max(vals):.4f}, "
+                     f"the targets at {min(code['targets']):.4f}-{max(code['targets']):.4f}.")
+    return lines + [""]
+
+
+def _peer_code_line(code: dict | None) -> list:
+    """The README's line on a peer's own code."""
+    if not code:
+        return []
+    head = f"{code['peer']}'s own code (pinned commit, ported to the CPU, same seeds and session): "
+    best = code["best"]
+    if best is not None:
+        x = code["fast_over_best"]
+        return [head + "`fast`'s median time to the target is " + (f"{x:.2f}x shorter" if x >= 1 else f"{1 / x:.2f}x longer")
+                + f" than its best rate's (`{best}`)."]
+    sampled = {n: r["own"] for n, r in code["rows"].items() if "own" in r}
+    text = head + "no rate below 1 reaches this project's target on most seeds" + \
+        ("" if code["exact_reached"] else ", nor does rate 1 (its exact training)")
+    if sampled:
+        name = max(sampled, key=lambda n: statistics.median(sampled[n]["sooner"]))
+        x = statistics.median(sampled[name]["sooner"])
+        if x:
+            text += f"; against its own exact code, `{name}` reaches that code's target {x:.2f}x sooner"
+    return [text + "."]
 
 
 def _peers_line(peers: dict | None) -> list:
@@ -353,7 +405,8 @@ def _headline(data: dict, readme: str = README) -> None:
              "4 emulated machines at 1 Gbit/s sharing 2 cores; medians over seeds with their range and the null beside "
              "them (from [docs/RESULTS.md](docs/RESULTS.md)):", "", *seed_sweeps.table(rows), "",
              f"Targets that hold: {', '.join(held) or 'none'}. Missed: {', '.join(missed) or 'none'}.",
-             *_peers_line(data.get("peers_over_seeds")), HEADLINE[1]]
+             *_peers_line(data.get("peers_over_seeds")), *_peer_code_line(data.get("peer_code_over_seeds")),
+             HEADLINE[1]]
     with open(readme) as fh:
         text = fh.read()
     if HEADLINE[0] not in text:

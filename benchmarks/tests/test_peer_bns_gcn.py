@@ -1,0 +1,100 @@
+"""The script that runs BNS-GCN's own code: its port of a commit, how it times an epoch over the
+ranks and how it judges a run (no cluster, no copy of BNS-GCN: a repository made up here)."""
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+from benchmarks import peer_bns_gcn as bns
+
+
+def _git(repo, *args):
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
+
+
+def _repo(tmp_path, counts=None):
+    """A repository with the files the port touches, each holding its texts as often as the pinned commit."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    texts = {}
+    for rel, old, _, count in bns.PORT:
+        n = (counts or {}).get((rel, old), count)
+        texts[rel] = texts.get(rel, "") + "".join(f"x{i} = {old}\n" for i in range(n))
+    for rel, text in texts.items():
+        (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+        (repo / rel).write_text(text)
+    _git(repo, "init", "-q")
+    _git(repo, "add", ".")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    return repo, _git(repo, "rev-parse", "HEAD").strip()
+
+
+def test_the_port_replaces_every_counted_text_and_nothing_else(tmp_path):
+    repo, commit = _repo(tmp_path)
+    src = bns.extract(str(repo), str(tmp_path / "scratch"), commit)
+    for rel, old, new, count in bns.PORT:
+        text = open(os.path.join(src, rel)).read()
+        assert text.count(new) >= count
+        assert "cuda" not in text and "pin_memory=True" not in text
+    assert open(os.path.join(src, ".ported")).read() == commit
+
+
+def test_a_commit_whose_texts_differ_is_refused_by_file_and_text(tmp_path):
+    rel, old = bns.PORT[0][0], bns.PORT[0][1]
+    repo, commit = _repo(tmp_path, counts={(rel, old): bns.PORT[0][3] + 1})
+    with pytest.raises(bns.PortError, match=f"{rel} holds 3 of"):
+        bns.extract(str(repo), str(tmp_path / "scratch"), commit)
+
+
+def test_a_repository_without_the_commit_names_it_and_where_to_clone(tmp_path):
+    repo, _ = _repo(tmp_path)
+    with pytest.raises(bns.PortError, match=f"cannot read commit {bns.PINNED}.*{bns.URL}"):
+        bns.extract(str(repo), str(tmp_path / "scratch"))
+
+
+def _record(run_dir, rank, starts, ends, losses, part_train, snapshots=()):
+    torch.save(dict(starts=starts, ends=ends, losses=losses, part_train=part_train, tx_bytes=100 * (rank + 1),
+                    snapshots=list(snapshots)), os.path.join(run_dir, f"rank{rank}.pt"))
+
+
+class _Args:
+    lr, dropout, hidden, layers, link = 0.01, 0.5, 16, 3, "1gbit"
+
+
+def test_an_epoch_runs_from_the_last_rank_starting_it_to_the_last_rank_ending_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(bns, "WORKERS", 2)
+    # rank 1 starts epoch 0 late (its set-up); epoch 1 ends late on rank 0 (descheduled)
+    _record(tmp_path, 0, [0.0, 1.0], [1.0, 2.5], [4.0, 2.0], 2)
+    _record(tmp_path, 1, [0.4, 1.1], [1.1, 2.0], [2.0, 1.0], 2)
+    (tmp_path / "evaluation.json").write_text(json.dumps(dict(val=[0.5, 0.7], test=[0.4, 0.6])))
+    run = bns.summarise(str(tmp_path), 0.1, 3, _Args())
+    times = [p["train_time_s"] for p in run["curve"]]
+    assert times == pytest.approx([1.1 - 0.4, 1.1 - 0.4 + 2.5 - 1.1])
+    assert [p["loss"] for p in run["curve"]] == pytest.approx([6.0 / 4, 3.0 / 4])  # summed over ranks' rows
+    assert run["best_epoch"] == 1 and run["final_test_acc"] == 0.6 and run["bytes_per_epoch"] == 150
+    assert run["config"]["sampling_rate"] == 0.1 and run["commit"] == bns.PINNED
+
+
+def _run(vals, dt=1.0, final=0.8):
+    return dict(curve=[dict(epoch=i, train_time_s=dt * (i + 1), val_acc=v) for i, v in enumerate(vals)],
+                best_val_acc=max(vals), final_test_acc=final)
+
+
+def test_a_run_is_judged_against_its_own_exact_code_and_this_projects_interval_1():
+    own_exact = _run([0.5, 0.7, 0.9, 0.9], dt=2.0, final=0.85)
+    sampled = _run([0.5, 0.6, 0.8, 0.89, 0.9], dt=1.0, final=0.84)
+    ours = {"0": dict(target_val_acc=0.88, runs=[dict(name="interval1", **_run([0.6, 0.88, 0.89], dt=3.0, final=0.86)),
+                                                 dict(name="fast", **_run([0.5, 0.7, 0.88], dt=0.5))])}
+    j = bns.judge(sampled, ours, 0, own_exact)
+    assert j["own"]["time_to_target_s"] == 4.0 and j["own"]["exact_time_to_target_s"] == 6.0
+    assert j["own"]["time_to_target_speedup"] == pytest.approx(1.5)
+    assert j["own"]["epochs_to_target_ratio"] == pytest.approx(4 / 3)
+    assert j["own"]["final_test_delta"] == pytest.approx(-0.01)
+    assert j["ours"]["time_to_target_speedup"] == pytest.approx(6.0 / 4.0)
+    assert j["ours"]["epochs_to_target_ratio"] == pytest.approx(2.0) and j["ours"]["fast_time_to_target_s"] == 1.5
+    assert j["ours"]["final_test_delta"] == pytest.approx(-0.02)
+    never = bns.judge(_run([0.5, 0.6]), ours, 0, own_exact)
+    assert never["own"]["time_to_target_speedup"] is None and never["ours"]["time_to_target_speedup"] is None
+    assert "own" not in bns.judge(own_exact, None, 0, own_exact)
