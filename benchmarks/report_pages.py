@@ -181,9 +181,9 @@ def write_report(data: dict, command: str, doc: str = DOC, readme: str = README)
     lines.append("")
     lines += [
         "The peers are in-project versions, run on the same emulated cluster and the same model; *setting* says "
-        "whether a row runs in the peer's own setting or in `fast`'s (interval 8, warm-up 5). BNS-GCN's own code "
-        "also runs here, from its repository at a pinned commit ported to the CPU (its table above); the other "
-        "peers' own code does not (no script in the repository runs it, so no figure of it is published). What each in-project version keeps and leaves out: `cache-no-averaging` keeps SANCUS's reuse "
+        "whether a row runs in the peer's own setting or in `fast`'s (interval 8, warm-up 5). BNS-GCN's and PipeGCN's "
+        "own code also run here, from their repositories at pinned commits ported to the CPU (their tables above); "
+        "SANCUS's and AdaQP's do not (no script in the repository runs them, so no figure of them is published). What each in-project version keeps and leaves out: `cache-no-averaging` keeps SANCUS's reuse "
         "of stale cached rows; `sancus-own` adds a skip test on the weights' drift, not SANCUS's test on each "
         "embedding's; `pipelined` keeps PipeGCN's one-epoch-stale rows and gradients in `fast`'s setting, "
         "`pipegcn-own` adds PipeGCN's smoothing of both (its default 0.95) from the first epoch; the `exact-*bit` runs keep "
@@ -311,7 +311,7 @@ def peer_section(peer: dict | None) -> list:
     if not peer:
         return []
     lines = ["## Boundary node sampling on a second graph", "",
-             "BNS-GCN's own code is not run by this suite (`benchmarks/peer_bns_gcn.py` runs it; its figures are "
+             "BNS-GCN's own code is not run by this suite (`benchmarks/peer_code.py --peer bns-gcn` runs it; its figures are "
              "in the table over seeds above). The in-project version on a 300k-node graph "
              f"(`{peer.get('graph', 'syn300k-d16')}`), 4 machines at 1 Gbit/s, seed 0:", ""]
     if not peer["ran"]:
@@ -325,54 +325,61 @@ def peer_section(peer: dict | None) -> list:
     return lines + ["", f"Target: interval 1's best validation accuracy minus 0.01 ({peer['target_val_acc']:.4f}).", ""]
 
 
-def peer_code_section(code: dict | None) -> list:
-    """A peer's own code over seeds, beside this project's runs of the same session."""
-    if not code:
-        return []
-    lines = [f"### {code['peer']}'s own code", "",
-             f"{code['peer']}'s code at commit [{code['commit'][:7]}]({code['url']}/tree/{code['commit']}), run by "
-             f"`benchmarks/peer_bns_gcn.py --repo CLONE` on {code['graph']} (seeds {', '.join(map(str, code['seeds']))}, "
-             "4 machines at 1 Gbit/s, 3 layers, hidden 16, dropout 0.5, lr 0.01, 150 epochs): its GCN with its defaults "
-             "(LayerNorm between layers, `--use-pp`, METIS partitions balanced by volume), ported to the CPU by the "
-             "script (device strings, pinned buffers and CUDA streams only; nothing of its code is committed), and every "
-             "epoch's weights evaluated on the whole graph after training. Rate 1 is its code moving every boundary row: "
-             "its own exact training. This project's rows were trained in the same session, so the two sets of times "
-             "are paired by seed; *against its own code at rate 1*: the target is that run's best validation minus 0.01.",
-             "", *seed_sweeps.peer_code_table(code), ""]
-    if code["best"]:
-        x = code["fast_over_best"]
-        lines.append(f"`fast`'s median time to this project's target is {x:.2f}x shorter than {code['peer']}'s code's at its "
-                     f"best rate (`{code['best']}`)." if x >= 1 else
-                     f"`fast`'s median time to this project's target is {1 / x:.2f}x longer than {code['peer']}'s code's "
-                     f"at its best rate (`{code['best']}`).")
-    else:
+MODEL_NAMES = {"gcn": "GCN", "graphsage": "GraphSAGE"}
+
+
+def peer_code_section(codes: list | None) -> list:
+    """Each peer's own code over seeds, beside this project's runs of the same session."""
+    lines = []
+    for code in codes or ():
+        model = MODEL_NAMES.get(code["model"], code["model"])
+        lines += [f"### {code['peer']}'s own code", "",
+                  f"{code['peer']}'s code at commit [{code['commit'][:7]}]({code['url']}/tree/{code['commit']}), run by "
+                  f"`python benchmarks/peer_code.py --peer {code['key']} --repo CLONE` on {code['graph']} (seeds "
+                  f"{', '.join(map(str, code['seeds']))}, 4 machines at 1 Gbit/s, 3 layers, hidden 16, dropout 0.5, lr 0.01, "
+                  f"150 epochs): its {model} with its defaults (LayerNorm between layers, `--use-pp`, METIS partitions "
+                  "balanced by volume), ported to the CPU by the script (device strings, pinned buffers, CUDA streams "
+                  "and DGL 2.1's name of one message function; nothing of its code is committed), every epoch's weights "
+                  f"evaluated on the whole graph after training. `{code['exact']}` is its own exact training; *against its "
+                  "own exact code*: the target is that run's best validation minus 0.01. This project's rows ("
+                  f"{code['ours_model']}) were trained in the same session, so the times are paired by seed.",
+                  "", *seed_sweeps.peer_code_table(code), ""]
         vals = [v for r in code["rows"].values() for v in r["best_val"]]
-        lines.append(f"{code['peer']}'s code at a rate below 1 did not reach this project's target on most seeds"
-                     + ("" if code["exact_reached"] else ", nor did it at rate 1 (its exact training)")
-                     + f": its best validation accuracies over every rate and seed lie at {min(vals):.4f}-{max(vals):.4f}, "
-                     f"the targets at {min(code['targets']):.4f}-{max(code['targets']):.4f}.")
-    return lines + [""]
+        reach = (f" Its best validation accuracies over every variant and seed lie at {min(vals):.4f}-{max(vals):.4f}, "
+                 f"this project's targets at {min(code['targets']):.4f}-{max(code['targets']):.4f}.")
+        if code["best"]:
+            x = code["fast_over_best"]
+            lines.append(f"`fast`'s median time to this project's target is "
+                         + (f"{x:.2f}x shorter" if x >= 1 else f"{1 / x:.2f}x longer")
+                         + f" than {code['peer']}'s code's in its best variant (`{code['best']}`)." + reach)
+        else:
+            lines.append(f"{code['peer']}'s code did not reach this project's target on most seeds in a variant other "
+                         f"than its exact training" + ("" if code["exact_reached"] else ", nor in that") + "." + reach)
+        lines.append("")
+    return lines
 
 
-def _peer_code_line(code: dict | None) -> list:
-    """The README's line on a peer's own code."""
-    if not code:
-        return []
-    head = f"{code['peer']}'s own code (pinned commit, ported to the CPU, same seeds and session): "
-    best = code["best"]
-    if best is not None:
-        x = code["fast_over_best"]
-        return [head + "`fast`'s median time to the target is " + (f"{x:.2f}x shorter" if x >= 1 else f"{1 / x:.2f}x longer")
-                + f" than its best rate's (`{best}`)."]
-    sampled = {n: r["own"] for n, r in code["rows"].items() if "own" in r}
-    text = head + "no rate below 1 reaches this project's target on most seeds" + \
-        ("" if code["exact_reached"] else ", nor does rate 1 (its exact training)")
-    if sampled:
-        name = max(sampled, key=lambda n: statistics.median(sampled[n]["sooner"]))
-        x = statistics.median(sampled[name]["sooner"])
-        if x:
-            text += f"; against its own exact code, `{name}` reaches that code's target {x:.2f}x sooner"
-    return [text + "."]
+def _peer_code_line(codes: list | None) -> list:
+    """The README's lines on the peers' own code."""
+    out = []
+    for code in codes or ():
+        head = f"{code['peer']}'s own code (pinned commit, ported to the CPU, same seeds and session): "
+        best = code["best"]
+        if best is not None:
+            x = code["fast_over_best"]
+            out.append(head + "`fast`'s median time to the target is "
+                       + (f"{x:.2f}x shorter" if x >= 1 else f"{1 / x:.2f}x longer") + f" than its best variant's (`{best}`).")
+            continue
+        faster = {n: r["own"] for n, r in code["rows"].items() if "own" in r}
+        text = head + "no variant but its exact training reaches this project's target on most seeds" + \
+            ("" if code["exact_reached"] else ", nor does that")
+        if faster:
+            name = max(faster, key=lambda n: statistics.median(faster[n]["sooner"]))
+            x = statistics.median(faster[name]["sooner"])
+            if x:
+                text += f"; against its own exact code, `{name}` reaches that code's target {x:.2f}x sooner"
+        out.append(text + ".")
+    return out
 
 
 def _peers_line(peers: dict | None) -> list:

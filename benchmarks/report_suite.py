@@ -408,5 +408,5 @@ def replay(name: str, root: str = RECORD) -> dict:
     data["cost_model"] = cost_model(source, data["scaling"])
     data["sweeps"] = [seed_sweeps.summarize(s) for s in seed_sweeps.SWEEPS]
     data["peers_over_seeds"] = seed_sweeps.summarize_peers()
-    data["peer_code_over_seeds"] = seed_sweeps.summarize_peer_code()
+    data["peer_code_over_seeds"] = seed_sweeps.summarize_peers_code()
     return data

@@ -43,6 +43,9 @@ SWEEPS = (
     Sweep("examples/gin.py", "syn200k", ("2026-12-06/fast-gin-syn200k.json",), sooner=2.0),
     Sweep("examples/gin.py", "confirm150k", ("2026-12-06/fast-gin-confirm150k.json",
                                              "2026-12-06/fast-gin-confirm150k-s12.json"), sooner=2.0),
+    # the peers' GraphSAGE (LayerNorm between layers), `fast` for model files as it stands (not tuned on it)
+    Sweep("examples/sage_layernorm.py", "syn200k", ("2026-12-07/sage-layernorm-syn200k.json",), fast="fast",
+          sooner=2.0),
     # the SNI paper's setting: no dropout, 300 epochs (no null: other dropout masks do not exist)
     Sweep("built-in GCN, dropout 0, 300 epochs", "syn200k", ("2026-12-06/paper-3seeds.json",), fast="fast",
           what="3-layer, hidden 16, dropout 0, 300 epochs"),
@@ -213,62 +216,76 @@ def peer_table(summary: dict, setting: dict) -> list:
 
 @dataclass(frozen=True)
 class PeerCode:
-    """A peer's own code (``benchmarks/peer_bns_gcn.py``'s committed result) beside a ``bench_e2e.py
-    --seeds`` sweep of this project's runs trained in the same session (``interval1``, the null,
-    ``fast`` and the in-project version), on one graph at 1 Gbit/s."""
+    """A peer's own code (``benchmarks/peer_code.py``'s committed result; ``peer`` a key of its
+    ``PEERS``) beside a ``bench_e2e.py --seeds`` sweep of this project's runs trained in the same
+    session (``interval1``, the null, ``fast`` and the in-project version), on one graph at 1 Gbit/s."""
     peer: str
     graph: str
     code: str
     ours: str
-    in_project: str = "bns-0.1"
+    ours_model: str  # what this project trained in ``ours``
+    in_project: str | None = None  # the in-project version's row in ``ours``
 
 
-BNS_CODE = PeerCode("BNS-GCN", "syn200k", "2026-12-07/bns-gcn-code-syn200k.json",
-                    "2026-12-07/bns-code-ours-syn200k.json")
+PEER_CODE = (PeerCode("bns-gcn", "syn200k", "2026-12-07/bns-gcn-code-syn200k.json",
+                      "2026-12-07/bns-code-ours-syn200k.json", "the built-in GCN, without LayerNorm", "bns-0.1"),
+             PeerCode("pipegcn", "syn200k", "2026-12-07/pipegcn-code-syn200k.json",
+                      "2026-12-07/sage-layernorm-syn200k.json",
+                      "`examples/sage_layernorm.py`: DGL's `SAGEConv` with LayerNorm between layers, the peer's model"))
 
 
-def summarize_peer_code(spec: PeerCode = BNS_CODE) -> dict | None:
-    """Per rate of the peer's code: its epoch, and over seeds its time to the target against its own
-    code at rate 1 (every boundary row) and against this project's interval 1; this project's rows
-    of the same sweep beside them. ``None`` where the files are not committed."""
-    from benchmarks.peer_bns_gcn import judge
+def summarize_peer_code(spec: PeerCode) -> dict | None:
+    """Per variant of the peer's code: its epoch, and over seeds its time to the target against its
+    own exact variant and against this project's interval 1; this project's rows of the same sweep
+    beside them. ``None`` where the files are not committed."""
+    from benchmarks.peer_code import PEERS, judge
     paths = [os.path.join(MEASURED, f) for f in (spec.code, spec.ours)]
     if not all(os.path.exists(p) for p in paths):
         return None
+    peer = PEERS[spec.peer]
     with open(paths[0]) as fh:
         code = json.load(fh)
     ours = _load(Sweep("peer code", spec.graph, (spec.ours,)))["by_seed"]
     seeds = sorted({r["config"]["seed"] for r in code["runs"]})
-    rates = sorted({r["config"]["sampling_rate"] for r in code["runs"]}, reverse=True)
-    by = {(r["config"]["sampling_rate"], r["config"]["seed"]): r for r in code["runs"]}
+    by = {(r["name"], r["config"]["seed"]): r for r in code["runs"]}
+    exact_name = peer.run_name(peer.variants[0][0])
     rows = {}
-    for rate in rates:
-        judged = [judge(by[rate, s], ours, s, by.get((1.0, s))) for s in seeds]
-        row = dict(rate=rate, epoch_ms=statistics.median(by[rate, s]["epoch_s"] * 1e3 for s in seeds),
-                   best_val=[by[rate, s]["best_val_acc"] for s in seeds])
+    for variant, _, what in peer.variants:
+        name = peer.run_name(variant)
+        if not all((name, s) in by for s in seeds):
+            continue
+        judged = [judge(by[name, s], ours, s, by.get((exact_name, s))) for s in seeds]
+        row = dict(what=what, epoch_ms=statistics.median(by[name, s]["epoch_s"] * 1e3 for s in seeds),
+                   best_val=[by[name, s]["best_val_acc"] for s in seeds])
         for whose in ("own", "ours"):
             if all(whose in j for j in judged):
                 row[whose] = dict(sooner=[j[whose]["time_to_target_speedup"] or 0.0 for j in judged],
                                   epochs_ratio=[j[whose]["epochs_to_target_ratio"] for j in judged],
                                   final_test_delta=[j[whose]["final_test_delta"] for j in judged])
-        rows[f"bns-code-{rate:g}"] = row
+        rows[name] = row
     mine = {}
-    for name in ("interval1", "int1-masks", "fast", spec.in_project):
+    for name in ("interval1", "int1-masks", "fast") + ((spec.in_project,) if spec.in_project else ()):
         runs = [next(r for r in ours[str(s)]["runs"] if r["name"] == name) for s in seeds]
         mine[name] = dict(epoch_ms=statistics.median(r["epoch_s"] * 1e3 for r in runs),
                           sooner=[r.get("time_to_target_speedup") or 0.0 for r in runs],
                           epochs_ratio=[r.get("epochs_to_target_ratio") for r in runs],
                           final_test_delta=[r["final_test_delta"] for r in runs])
-    best = max((n for n in rows if "ours" in rows[n] and n != "bns-code-1"),
+    best = max((n for n in rows if "ours" in rows[n] and n != exact_name),
                key=lambda n: statistics.median(rows[n]["ours"]["sooner"]), default=None)
     best_sooner = statistics.median(rows[best]["ours"]["sooner"]) if best else 0.0
     fast = statistics.median(mine["fast"]["sooner"])
-    exact = rows.get("bns-code-1", {}).get("ours")
-    return dict(peer=spec.peer, graph=spec.graph, seeds=seeds, commit=code["commit"], url=code["url"],
+    exact = rows.get(exact_name, {}).get("ours")
+    return dict(peer=peer.name, key=spec.peer, model=peer.model, ours_model=spec.ours_model, graph=spec.graph, seeds=seeds,
+                commit=code["commit"], url=code["url"], exact=exact_name,
                 targets=[ours[str(s)]["target_val_acc"] for s in seeds],
                 exact_reached=bool(exact) and statistics.median(exact["sooner"]) > 0,
                 rows=rows, ours=mine, best=best if best_sooner else None,
                 fast_over_best=fast / best_sooner if best_sooner else None)
+
+
+def summarize_peers_code() -> list:
+    """Every committed peer's code (:data:`PEER_CODE`) summarised."""
+    return [s for s in (summarize_peer_code(spec) for spec in PEER_CODE) if s]
 
 
 def _ratio_text(ratio: list) -> str:
@@ -280,7 +297,7 @@ def _ratio_text(ratio: list) -> str:
 def peer_code_table(summary: dict) -> list:
     """Markdown lines: the peer's code at each rate, then this project's rows of the same sweep."""
     null = summary["ours"]["int1-masks"]["sooner"]
-    lines = ["| run | code | epoch ms, median | against its own code at rate 1: x sooner, median (range); "
+    lines = ["| run | code | epoch ms, median | against its own exact code: x sooner, median (range); "
              "final test, mean (lowest) | against this project's interval 1: x sooner, median (range) | epochs to "
              "target vs interval 1, median (max) | final test vs interval 1, mean (lowest) |",
              "|---|---|---|---|---|---|---|"]
@@ -294,7 +311,7 @@ def peer_code_table(summary: dict) -> list:
         own = r.get("own")
         own_text = "-" if own is None else (f"{_range(own['sooner'])}; {statistics.mean(own['final_test_delta']):+.4f} "
                                             f"({min(own['final_test_delta']):+.4f})")
-        lines.append(f"| `{name}` | {summary['peer']}'s, rate {r['rate']:g} | {r['epoch_ms']:.0f} | {own_text} | "
+        lines.append(f"| `{name}` | {summary['peer']}'s code, {r['what']} | {r['epoch_ms']:.0f} | {own_text} | "
                      + (cells(name, r["ours"]) if "ours" in r else "- | - | -") + " |")
     for name, r in summary["ours"].items():
         lines.append(f"| `{name}` | this project's | {r['epoch_ms']:.0f} | - | " + cells(name, r) + " |")

@@ -137,14 +137,15 @@ def test_the_readme_line_on_the_peers_says_shorter_longer_or_never():
     assert pages._peers_line(None) == []
 
 
-def test_the_readme_line_on_a_peers_own_code_names_its_best_rate_or_what_it_reached():
-    code = dict(peer="P", best="bns-code-0.3", fast_over_best=0.8, exact_reached=True, rows={})
-    assert "`fast`'s median time to the target is 1.25x longer than its best rate's (`bns-code-0.3`)" \
-        in pages._peer_code_line(code)[0]
-    code.update(best=None, exact_reached=False,
-                rows={"bns-code-1": {}, "bns-code-0.1": dict(own=dict(sooner=[0.0, 0.0])),
-                      "bns-code-0.3": dict(own=dict(sooner=[1.5, 2.0, 0.0]))})
-    line = pages._peer_code_line(code)[0]
-    assert "no rate below 1 reaches this project's target on most seeds, nor does rate 1 (its exact training); " \
-        "against its own exact code, `bns-code-0.3` reaches that code's target 1.50x sooner." in line
+def test_the_readme_line_on_a_peers_own_code_names_its_best_variant_or_what_it_reached():
+    code = dict(peer="P", best="p-code-x", fast_over_best=0.8, exact_reached=True, rows={})
+    assert "`fast`'s median time to the target is 1.25x longer than its best variant's (`p-code-x`)" \
+        in pages._peer_code_line([code])[0]
+    other = dict(peer="Q", best=None, exact_reached=False,
+                 rows={"q-code-exact": {}, "q-code-a": dict(own=dict(sooner=[0.0, 0.0])),
+                       "q-code-b": dict(own=dict(sooner=[1.5, 2.0, 0.0]))})
+    lines = pages._peer_code_line([code, other])
+    assert len(lines) == 2 and lines[1].startswith("Q's own code")
+    assert "no variant but its exact training reaches this project's target on most seeds, nor does that; " \
+        "against its own exact code, `q-code-b` reaches that code's target 1.50x sooner." in lines[1]
     assert pages._peer_code_line(None) == []

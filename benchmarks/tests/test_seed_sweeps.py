@@ -72,15 +72,15 @@ def test_a_peers_own_code_is_judged_against_its_rate_1_and_against_this_projects
     def curve(vals, dt):
         return [dict(epoch=i, train_time_s=dt * (i + 1), val_acc=v) for i, v in enumerate(vals)]
 
-    def code_run(rate, seed, vals, dt, final):
-        return dict(config=dict(sampling_rate=rate, seed=seed), curve=curve(vals, dt), best_val_acc=max(vals),
+    def code_run(variant, seed, vals, dt, final):
+        return dict(name=f"bns-code-{variant}", config=dict(seed=seed), curve=curve(vals, dt), best_val_acc=max(vals),
                     final_test_acc=final, epoch_s=dt)
 
     code = dict(commit="c" * 40, url="u", runs=[])
     by_seed = {}
     for s in (0, 1):
-        code["runs"] += [code_run(1.0, s, [0.5, 0.7, 0.85, 0.9], 2.0, 0.88),   # its own target 0.89 at 8 s
-                         code_run(0.3, s, [0.5, 0.8, 0.89, 0.9], 1.0, 0.87)]   # 0.89 at 3 s; ours 0.88 at 3 s
+        code["runs"] += [code_run("1", s, [0.5, 0.7, 0.85, 0.9], 2.0, 0.88),   # its own target 0.89 at 8 s
+                         code_run("0.3", s, [0.5, 0.8, 0.89, 0.9], 1.0, 0.87)]  # 0.89 at 3 s; ours 0.88 at 3 s
         mine = [dict(name=n, curve=curve(v, dt), final_test_acc=0.9, epoch_s=dt, time_to_target_speedup=x,
                      epochs_to_target_ratio=1.0, final_test_delta=0.0, epoch_speedup=3.0 / dt)
                 for n, v, dt, x in (("interval1", [0.6, 0.88, 0.89], 3.0, 1.0), ("int1-masks", [0.88], 6.0, 1.0),
@@ -88,13 +88,14 @@ def test_a_peers_own_code_is_judged_against_its_rate_1_and_against_this_projects
         by_seed[str(s)] = dict(target_val_acc=0.88, runs=mine)
     (tmp_path / "code.json").write_text(json.dumps(code))
     (tmp_path / "ours.json").write_text(json.dumps(dict(graphs={"g": {"1gbit": dict(by_seed=by_seed)}})))
-    out = ss.summarize_peer_code(ss.PeerCode("P", "g", "code.json", "ours.json"))
+    out = ss.summarize_peer_code(ss.PeerCode("bns-gcn", "g", "code.json", "ours.json", "m", "bns-0.1"))
     row = out["rows"]["bns-code-0.3"]
     assert row["own"]["sooner"] == [8.0 / 3.0] * 2 and row["ours"]["sooner"] == [2.0, 2.0]  # 6 s / 3 s
     assert row["ours"]["epochs_ratio"] == [1.5, 1.5] and abs(row["own"]["final_test_delta"][0] + 0.01) < 1e-12
     assert "own" not in out["rows"]["bns-code-1"] and out["rows"]["bns-code-1"]["ours"]["sooner"] == [0.75, 0.75]
-    assert out["best"] == "bns-code-0.3" and out["fast_over_best"] == 5.5 / 2.0
+    assert "bns-code-0.1" not in out["rows"]  # a variant not run is left out
+    assert out["best"] == "bns-code-0.3" and out["fast_over_best"] == 5.5 / 2.0 and out["exact_reached"]
     text = "\n".join(ss.peer_code_table(out))
-    assert "| `bns-code-0.3` | P's, rate 0.3 | 1000 | 2.67 (2.67-2.67); -0.0100 (-0.0100) | 2.00 (2.00-2.00) |" in text
+    assert "| `bns-code-0.3` | BNS-GCN's code, rate 0.3 | 1000 | 2.67 (2.67-2.67); -0.0100 (-0.0100) | 2.00 (2.00-2.00) |" in text
     assert "| `int1-masks` | this project's | 6000 | - | 1.00 (1.00-1.00) |" in text
-    assert ss.summarize_peer_code(ss.PeerCode("P", "g", "absent.json", "ours.json")) is None
+    assert ss.summarize_peer_code(ss.PeerCode("bns-gcn", "g", "absent.json", "ours.json", "m")) is None

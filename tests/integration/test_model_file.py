@@ -16,7 +16,7 @@ from dgl_sni.trainers import ModelConfig
 from tests.helpers import ROOT, needs_netns, run_cli, train_sweep
 
 TOL = 1e-4
-EXAMPLES = {name: os.path.join(ROOT, "examples", f"{name}.py") for name in ("gcn_layernorm", "gin", "gat")}
+EXAMPLES = {name: os.path.join(ROOT, "examples", f"{name}.py") for name in ("gcn_layernorm", "sage_layernorm", "gin", "gat")}
 MODEL = dict(layers=3, hidden=16, heads=2, dropout=0.5, lr=0.01, seed=0, epochs=5)
 
 

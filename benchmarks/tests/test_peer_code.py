@@ -1,5 +1,5 @@
-"""The script that runs BNS-GCN's own code: its port of a commit, how it times an epoch over the
-ranks and how it judges a run (no cluster, no copy of BNS-GCN: a repository made up here)."""
+"""The script that runs the peers' own code: its port of a commit, how it times an epoch over the
+ranks and how it judges a run (no cluster, no copy of a peer: a repository made up here)."""
 import json
 import os
 import subprocess
@@ -7,19 +7,19 @@ import subprocess
 import pytest
 import torch
 
-from benchmarks import peer_bns_gcn as bns
+from benchmarks import peer_code as pc
 
 
 def _git(repo, *args):
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout
 
 
-def _repo(tmp_path, counts=None):
+def _repo(tmp_path, peer=pc.BNS_GCN, counts=None):
     """A repository with the files the port touches, each holding its texts as often as the pinned commit."""
     repo = tmp_path / "repo"
     repo.mkdir()
     texts = {}
-    for rel, old, _, count in bns.PORT:
+    for rel, old, _, count in peer.port:
         n = (counts or {}).get((rel, old), count)
         texts[rel] = texts.get(rel, "") + "".join(f"x{i} = {old}\n" for i in range(n))
     for rel, text in texts.items():
@@ -31,27 +31,40 @@ def _repo(tmp_path, counts=None):
     return repo, _git(repo, "rev-parse", "HEAD").strip()
 
 
-def test_the_port_replaces_every_counted_text_and_nothing_else(tmp_path):
-    repo, commit = _repo(tmp_path)
-    src = bns.extract(str(repo), str(tmp_path / "scratch"), commit)
-    for rel, old, new, count in bns.PORT:
+@pytest.mark.parametrize("peer", [pc.BNS_GCN, pc.PIPEGCN], ids=["bns-gcn", "pipegcn"])
+def test_the_port_replaces_every_counted_text(tmp_path, peer):
+    repo, commit = _repo(tmp_path, peer)
+    src = pc.extract(peer, str(repo), str(tmp_path / "scratch"), commit)
+    for rel, old, new, count in peer.port:
         text = open(os.path.join(src, rel)).read()
         assert text.count(new) >= count
-        assert "cuda" not in text and "pin_memory=True" not in text
-    assert open(os.path.join(src, ".ported")).read() == commit
+        assert "'cuda'" not in text and "pin_memory=True" not in text and "copy_src" not in text
+    assert open(os.path.join(src, ".ported")).read().startswith(commit)
+
+
+def test_a_changed_port_table_extracts_the_commit_again(tmp_path):
+    repo, commit = _repo(tmp_path)
+    scratch = str(tmp_path / "scratch")
+    src = pc.extract(pc.BNS_GCN, str(repo), scratch, commit)
+    rel = pc.BNS_GCN.port[0][0]
+    with open(os.path.join(src, rel), "a") as fh:
+        fh.write("edited = 1\n")
+    assert "edited" in open(os.path.join(pc.extract(pc.BNS_GCN, str(repo), scratch, commit), rel)).read()  # kept
+    other = pc.Peer(**{**pc.BNS_GCN.__dict__, "port": pc.BNS_GCN.port[:-1]})
+    assert "edited" not in open(os.path.join(pc.extract(other, str(repo), scratch, commit), rel)).read()
 
 
 def test_a_commit_whose_texts_differ_is_refused_by_file_and_text(tmp_path):
-    rel, old = bns.PORT[0][0], bns.PORT[0][1]
-    repo, commit = _repo(tmp_path, counts={(rel, old): bns.PORT[0][3] + 1})
-    with pytest.raises(bns.PortError, match=f"{rel} holds 3 of"):
-        bns.extract(str(repo), str(tmp_path / "scratch"), commit)
+    rel, old, _, count = pc.BNS_GCN.port[0]
+    repo, commit = _repo(tmp_path, counts={(rel, old): count + 1})
+    with pytest.raises(pc.PortError, match=f"{rel} holds {count + 1} of"):
+        pc.extract(pc.BNS_GCN, str(repo), str(tmp_path / "scratch"), commit)
 
 
 def test_a_repository_without_the_commit_names_it_and_where_to_clone(tmp_path):
     repo, _ = _repo(tmp_path)
-    with pytest.raises(bns.PortError, match=f"cannot read commit {bns.PINNED}.*{bns.URL}"):
-        bns.extract(str(repo), str(tmp_path / "scratch"))
+    with pytest.raises(pc.PortError, match=f"cannot read commit {pc.BNS_GCN.commit}.*{pc.BNS_GCN.url}"):
+        pc.extract(pc.BNS_GCN, str(repo), str(tmp_path / "scratch"))
 
 
 def _record(run_dir, rank, starts, ends, losses, part_train, snapshots=()):
@@ -64,17 +77,18 @@ class _Args:
 
 
 def test_an_epoch_runs_from_the_last_rank_starting_it_to_the_last_rank_ending_it(tmp_path, monkeypatch):
-    monkeypatch.setattr(bns, "WORKERS", 2)
+    monkeypatch.setattr(pc, "WORKERS", 2)
     # rank 1 starts epoch 0 late (its set-up); epoch 1 ends late on rank 0 (descheduled)
     _record(tmp_path, 0, [0.0, 1.0], [1.0, 2.5], [4.0, 2.0], 2)
     _record(tmp_path, 1, [0.4, 1.1], [1.1, 2.0], [2.0, 1.0], 2)
     (tmp_path / "evaluation.json").write_text(json.dumps(dict(val=[0.5, 0.7], test=[0.4, 0.6])))
-    run = bns.summarise(str(tmp_path), 0.1, 3, _Args())
+    run = pc.summarise(pc.BNS_GCN, str(tmp_path), "0.1", 3, _Args())
     times = [p["train_time_s"] for p in run["curve"]]
     assert times == pytest.approx([1.1 - 0.4, 1.1 - 0.4 + 2.5 - 1.1])
     assert [p["loss"] for p in run["curve"]] == pytest.approx([6.0 / 4, 3.0 / 4])  # summed over ranks' rows
     assert run["best_epoch"] == 1 and run["final_test_acc"] == 0.6 and run["bytes_per_epoch"] == 150
-    assert run["config"]["sampling_rate"] == 0.1 and run["commit"] == bns.PINNED
+    assert run["name"] == "bns-code-0.1" and run["config"]["flags"] == ["--sampling-rate", "0.1"]
+    assert run["commit"] == pc.BNS_GCN.commit and {p["mode"] for p in run["curve"]} == {"stale"}
 
 
 def _run(vals, dt=1.0, final=0.8):
@@ -87,7 +101,7 @@ def test_a_run_is_judged_against_its_own_exact_code_and_this_projects_interval_1
     sampled = _run([0.5, 0.6, 0.8, 0.89, 0.9], dt=1.0, final=0.84)
     ours = {"0": dict(target_val_acc=0.88, runs=[dict(name="interval1", **_run([0.6, 0.88, 0.89], dt=3.0, final=0.86)),
                                                  dict(name="fast", **_run([0.5, 0.7, 0.88], dt=0.5))])}
-    j = bns.judge(sampled, ours, 0, own_exact)
+    j = pc.judge(sampled, ours, 0, own_exact)
     assert j["own"]["time_to_target_s"] == 4.0 and j["own"]["exact_time_to_target_s"] == 6.0
     assert j["own"]["time_to_target_speedup"] == pytest.approx(1.5)
     assert j["own"]["epochs_to_target_ratio"] == pytest.approx(4 / 3)
@@ -95,6 +109,6 @@ def test_a_run_is_judged_against_its_own_exact_code_and_this_projects_interval_1
     assert j["ours"]["time_to_target_speedup"] == pytest.approx(6.0 / 4.0)
     assert j["ours"]["epochs_to_target_ratio"] == pytest.approx(2.0) and j["ours"]["fast_time_to_target_s"] == 1.5
     assert j["ours"]["final_test_delta"] == pytest.approx(-0.02)
-    never = bns.judge(_run([0.5, 0.6]), ours, 0, own_exact)
+    never = pc.judge(_run([0.5, 0.6]), ours, 0, own_exact)
     assert never["own"]["time_to_target_speedup"] is None and never["ours"]["time_to_target_speedup"] is None
-    assert "own" not in bns.judge(own_exact, None, 0, own_exact)
+    assert "own" not in pc.judge(own_exact, None, 0, own_exact)
