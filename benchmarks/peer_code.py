@@ -70,6 +70,7 @@ class Peer:
     epoch_start: str  # "select_node": its loop's body starts by calling it; "train": by calling model.train()
     epoch_end: str  # the timer (an attribute path from its train module) whose clear() ends each epoch
     partition_takes_graph: bool  # graph_partition(g, args), where BNS-GCN's takes args alone
+    sizes_on_command_line: bool  # it reads the graph's feature width, classes and training rows from its flags
 
     def flags(self, variant: str) -> list:
         return next(f for v, f, _ in self.variants if v == variant)
@@ -88,7 +89,7 @@ BNS_GCN = Peer(
           ("train.py", "'cuda'", "'cpu'", 5)),
     model="gcn", variants=(("1", ["--sampling-rate", "1.0"], "rate 1: every boundary row, its exact training"),
                            ("0.3", ["--sampling-rate", "0.3"], "rate 0.3"), ("0.1", ["--sampling-rate", "0.1"], "rate 0.1")),
-    epoch_start="select_node", epoch_end="comm_timer", partition_takes_graph=False)
+    epoch_start="select_node", epoch_end="comm_timer", partition_takes_graph=False, sizes_on_command_line=False)
 
 PIPEGCN = Peer(
     "PipeGCN", "pipegcn-code", "https://github.com/GATECH-EIC/PipeGCN", "73ab9496f4467c84b0491bb5623a83ebd258045e",
@@ -102,7 +103,7 @@ PIPEGCN = Peer(
                                  ("pipeline", ["--enable-pipeline"], "pipelined: rows and gradients one epoch stale"),
                                  ("gf", ["--enable-pipeline", "--feat-corr", "--grad-corr"],
                                   "pipelined, both smoothed (momentum 0.95): PipeGCN-GF")),
-    epoch_start="train", epoch_end="ctx.comm_timer", partition_takes_graph=True)
+    epoch_start="train", epoch_end="ctx.comm_timer", partition_takes_graph=True, sizes_on_command_line=True)
 
 PEERS = {"bns-gcn": BNS_GCN, "pipegcn": PIPEGCN}
 
@@ -183,10 +184,10 @@ def their_flags(peer: Peer, a, variant: str, seed: int, master: str, meta: dict)
              "--seed", str(seed), "--backend", "gloo", "--master-addr", master, "--port", str(MASTER_PORT),
              "--no-eval", "--skip-partition", "--partition-method", "metis", "--partition-obj", "vol",
              "--graph-name", f"{a.graph}-{WORKERS}", *peer.flags(variant)]
-    if peer is BNS_GCN:
-        flags += ["--part-path", "partitions"]  # under its working folder, where PipeGCN's fixed path lies
-    else:  # PipeGCN reads the graph's sizes from its command line
+    if peer.sizes_on_command_line:  # PipeGCN; its partitions lie under partitions/ in its working folder
         flags += ["--n-feat", str(meta["n_feat"]), "--n-class", str(meta["n_class"]), "--n-train", str(meta["n_train"])]
+    else:  # BNS-GCN reads them from its partitioning's meta.json, under the folder it is given
+        flags += ["--part-path", "partitions"]
     return flags
 
 
@@ -344,7 +345,10 @@ def main(argv=None) -> int:
     scratch = a.scratch or os.path.join(results, f"{a.peer}-code")
     out = a.out or os.path.join(results, f"{a.peer}-code.json")
     os.makedirs(scratch, exist_ok=True)
-    src = extract(peer, a.repo, scratch)
+    try:
+        src = extract(peer, a.repo, scratch)
+    except PortError as err:
+        raise SystemExit(f"peer_code: {err}")
     graph_bin = write_graph(a.graph, scratch)
     meta = graph_meta(graph_bin)
     partition(peer, a, src, graph_bin, scratch, meta)

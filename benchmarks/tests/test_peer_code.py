@@ -112,3 +112,22 @@ def test_a_run_is_judged_against_its_own_exact_code_and_this_projects_interval_1
     never = pc.judge(_run([0.5, 0.6]), ours, 0, own_exact)
     assert never["own"]["time_to_target_speedup"] is None and never["ours"]["time_to_target_speedup"] is None
     assert "own" not in pc.judge(own_exact, None, 0, own_exact)
+
+
+def test_each_peer_gets_its_own_command_line_for_a_variant():
+    class A:
+        epochs, layers, hidden, lr, dropout, graph = 150, 3, 16, 0.01, 0.5, "g"
+    meta = dict(n_feat=64, n_class=8, n_train=100)
+    bns = pc.their_flags(pc.BNS_GCN, A, "0.3", 2, "10.0.0.1", meta)
+    pipe = pc.their_flags(pc.PIPEGCN, A, "gf", 2, "10.0.0.1", meta)
+    assert bns[bns.index("--sampling-rate") + 1] == "0.3" and bns[bns.index("--part-path") + 1] == "partitions"
+    assert "--n-feat" not in bns and "--enable-pipeline" not in bns
+    assert {"--enable-pipeline", "--feat-corr", "--grad-corr"} <= set(pipe) and pipe[pipe.index("--n-train") + 1] == "100"
+    for flags in (bns, pipe):
+        assert flags[flags.index("--seed") + 1] == "2" and "--no-eval" in flags and "--use-pp" in flags
+
+
+def test_a_clone_without_the_pinned_commit_stops_the_script_with_its_name(tmp_path):
+    repo, _ = _repo(tmp_path)
+    with pytest.raises(SystemExit, match=f"peer_code: cannot read commit {pc.PIPEGCN.commit}"):
+        pc.main(["--peer", "pipegcn", "--repo", str(repo), "--scratch", str(tmp_path / "s")])
