@@ -342,8 +342,9 @@ def peer_code_section(codes: list | None) -> list:
                   f"`python benchmarks/peer_code.py --peer {code['key']} --repo CLONE` on {code['graph']} (seeds "
                   f"{', '.join(map(str, code['seeds']))}, 4 machines at 1 Gbit/s, 3 layers, hidden 16, dropout 0.5, lr 0.01, "
                   f"150 epochs): its {model} with its defaults (LayerNorm between layers, `--use-pp`, METIS partitions "
-                  "balanced by volume), ported to the CPU by the script (device strings, pinned buffers, CUDA streams "
-                  "and DGL 2.1's name of one message function; nothing of its code is committed), every epoch's weights "
+                  "balanced by volume), ported to the CPU by the script (device strings, pinned buffers and CUDA streams"
+                  + "".join(f", {r} for DGL 2.1" for r in code.get("port_renames", ()))
+                  + "; nothing of its code is committed), every epoch's weights "
                   f"evaluated on the whole graph after training. `{code['exact']}` is its own exact training; *against its "
                   "own exact code*: the target is that run's best validation minus 0.01. This project's rows ("
                   f"{code['ours_model']}) were trained in the same session, so the times are paired by seed.",

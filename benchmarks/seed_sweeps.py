@@ -276,6 +276,8 @@ def summarize_peer_code(spec: PeerCode) -> dict | None:
     fast = statistics.median(mine["fast"]["sooner"])
     exact = rows.get(exact_name, {}).get("ours")
     return dict(peer=peer.name, key=spec.peer, model=peer.model, ours_model=spec.ours_model, graph=spec.graph, seeds=seeds,
+                port_renames=sorted({f"`{old}` to `{new}`" for _, old, new, _ in peer.port if "cuda" not in old
+                                     and "pin_memory" not in old}),
                 commit=code["commit"], url=code["url"], exact=exact_name,
                 targets=[ours[str(s)]["target_val_acc"] for s in seeds],
                 exact_reached=bool(exact) and statistics.median(exact["sooner"]) > 0,
