@@ -8,7 +8,7 @@ evaluates every epoch's weights exactly on the whole graph after training. Its s
 the layout of ``bench_e2e.py``'s runs (per epoch: cumulative training time, loss, validation
 and test accuracy; per run: configuration, commit, machine), and each run is judged against
 its own code's exact variant of the same seed and against the same seed's interval-1 run of
-this project (``--against``, a ``bench_e2e.py`` output trained in the same session).
+this project (``--against``, a ``bench_e2e.py`` output trained alongside).
 
 What the port changes, and only that (each textual change is counted against the pinned
 commit, so another commit fails loudly rather than running half-ported):

@@ -333,7 +333,7 @@ MODEL_NAMES = {"gcn": "GCN", "graphsage": "GraphSAGE"}
 
 
 def peer_code_section(codes: list | None) -> list:
-    """Each peer's own code over seeds, beside this project's runs of the same session."""
+    """Each peer's own code over seeds, beside this project's runs trained alongside."""
     lines = []
     for code in codes or ():
         model = MODEL_NAMES.get(code["model"], code["model"])
@@ -347,7 +347,7 @@ def peer_code_section(codes: list | None) -> list:
                   + "; nothing of its code is committed), every epoch's weights "
                   f"evaluated on the whole graph after training. `{code['exact']}` is its own exact training; *against its "
                   "own exact code*: the target is that run's best validation minus 0.01. This project's rows ("
-                  f"{code['ours_model']}) were trained in the same session, so the times are paired by seed.",
+                  f"{code['ours_model']}) were trained alongside on the same host, so the times are paired by seed.",
                   "", *seed_sweeps.peer_code_table(code), ""]
         vals = [v for r in code["rows"].values() for v in r["best_val"]]
         reach = (f" Its best validation accuracies over every variant and seed lie at {min(vals):.4f}-{max(vals):.4f}, "
@@ -368,7 +368,7 @@ def _peer_code_line(codes: list | None) -> list:
     """The README's lines on the peers' own code."""
     out = []
     for code in codes or ():
-        head = f"{code['peer']}'s own code (pinned commit, ported to the CPU, same seeds and session): "
+        head = f"{code['peer']}'s own code (pinned commit, ported to the CPU, same seeds, trained alongside): "
         best = code["best"]
         if best is not None:
             x = code["fast_over_best"]

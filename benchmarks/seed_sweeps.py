@@ -217,8 +217,8 @@ def peer_table(summary: dict, setting: dict) -> list:
 @dataclass(frozen=True)
 class PeerCode:
     """A peer's own code (``benchmarks/peer_code.py``'s committed result; ``peer`` a key of its
-    ``PEERS``) beside a ``bench_e2e.py --seeds`` sweep of this project's runs trained in the same
-    session (``interval1``, the null, ``fast`` and the in-project version), on one graph at 1 Gbit/s."""
+    ``PEERS``) beside a ``bench_e2e.py --seeds`` sweep of this project's runs trained alongside
+    (``interval1``, the null, ``fast`` and the in-project version), on one graph at 1 Gbit/s."""
     peer: str
     graph: str
     code: str
