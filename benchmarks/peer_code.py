@@ -38,7 +38,6 @@ import hashlib
 import io
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
@@ -157,20 +156,17 @@ def write_graph(name: str, scratch: str) -> str:
         return path
     import dgl_sni  # noqa: F401  (makes DGL importable with this torch)
     import dgl
-    import torch
     from dgl_sni.config.data import DataConfig
+    from dgl_sni.config.flags import add_part_arguments, part_from_args
     from dgl_sni.data import load_dataset
-    flags = graph_flags(name)  # bench_e2e's flags of the graph, read as dgl-sni train reads them
-    fields, defaults = {k.lstrip("-").replace("-", "_"): v for k, v in zip(flags[::2], flags[1::2])}, DataConfig()
-    cfg = DataConfig(**{k: type(getattr(defaults, k))(v) for k, v in fields.items()})
-    data = load_dataset(cfg.dataset, cfg.data_dir, **cfg.synthetic_args()).with_feature_norm(cfg.feature_norm)
-    g = dgl.graph((torch.from_numpy(data.src), torch.from_numpy(data.dst)), num_nodes=data.num_nodes)
-    g.ndata["feat"] = torch.from_numpy(data.features).float()
-    g.ndata["label"] = torch.from_numpy(data.labels).long()
-    for split, idx in (("train", data.train_idx), ("val", data.val_idx), ("test", data.test_idx)):
-        mask = torch.zeros(data.num_nodes, dtype=torch.bool)
-        mask[torch.from_numpy(idx)] = True
-        g.ndata[f"{split}_mask"] = mask
+    from dgl_sni.partition import to_dgl_graph
+    parser = argparse.ArgumentParser()
+    add_part_arguments(parser, DataConfig())  # bench_e2e's flags of the graph, read as dgl-sni train reads them
+    cfg = part_from_args(DataConfig, parser.parse_args(graph_flags(name)))
+    g = to_dgl_graph(load_dataset(cfg.dataset, cfg.data_dir, **cfg.synthetic_args()).with_feature_norm(cfg.feature_norm))
+    g.ndata["feat"], g.ndata["label"] = g.ndata.pop("features").float(), g.ndata.pop("labels").long()
+    for degrees in ("in_deg", "out_deg"):  # each peer's partitioning writes its own
+        g.ndata.pop(degrees)
     dgl.save_graphs(path + ".tmp", [g])
     os.replace(path + ".tmp", path)
     return path
@@ -232,15 +228,10 @@ def train_run(peer: Peer, a, src: str, graph_bin: str, workdir: str, variant: st
                           their_flags(peer, a, variant, seed, "127.0.0.1", meta)), check=True)
 
 
-def machine() -> dict:
-    import torch
-    return dict(host=platform.node(), cpus=os.cpu_count(), python=platform.python_version(),
-                torch=torch.__version__, platform=platform.platform())
-
-
 def summarise(peer: Peer, run_dir: str, variant: str, seed: int, a) -> dict:
     """The run in ``bench_e2e.py``'s layout, from what the ranks recorded and the evaluation wrote."""
     import torch
+    from benchmarks.report_suite import machine
     ranks = [torch.load(os.path.join(run_dir, f"rank{r}.pt"), weights_only=True) for r in range(WORKERS)]
     with open(os.path.join(run_dir, "evaluation.json")) as fh:
         ev = json.load(fh)
@@ -269,7 +260,7 @@ def summarise(peer: Peer, run_dir: str, variant: str, seed: int, a) -> dict:
         config=dict(variant=variant, flags=peer.flags(variant), seed=seed, model=peer.model, use_pp=True,
                     norm="layer", lr=a.lr, dropout=a.dropout, hidden=a.hidden, layers=a.layers,
                     partition="metis vol", bandwidth=a.link, workers=WORKERS),
-        machine=machine(), saved=time.strftime("%Y-%m-%d %H:%M"), epochs=epochs,
+        machine=machine(), saved=time.strftime("%Y-%m-%d %H:%M"), epochs=epochs,  # the report's: commit, host
         train_time_s=elapsed, epoch_s=steady[len(steady) // 2], bytes_per_epoch=sent / epochs,
         best_val_acc=ev["val"][best], best_epoch=best, test_acc_at_best_val=ev["test"][best],
         final_test_acc=ev["test"][-1], curve=curve)

@@ -155,6 +155,13 @@ class PeerComparison:
 PEERS = PeerComparison("syn200k", ("2026-12-07/peers-syn200k-bns-fast.json",))
 
 
+def _judged(runs: list) -> dict:
+    """Runs' figures against their seeds' interval 1, one entry per seed (a run that never reached: 0)."""
+    return dict(sooner=[r.get("time_to_target_speedup") or 0.0 for r in runs],
+                epochs_ratio=[r.get("epochs_to_target_ratio") for r in runs],
+                final_test_delta=[r["final_test_delta"] for r in runs])
+
+
 def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
     """Per method its figures over the seeds (``None`` where the files are not committed), and per
     family the best row (highest median x sooner; a run that never reached counts 0) with
@@ -167,11 +174,8 @@ def summarize_peers(comp: PeerComparison = PEERS) -> dict | None:
     rows = {}
     for name in names:
         runs = [next(r for r in part["by_seed"][s]["runs"] if r["name"] == name) for s in seeds]
-        rows[name] = dict(
-            sooner=[r.get("time_to_target_speedup") or 0.0 for r in runs],
-            epoch=[r["epoch_speedup"] for r in runs] if name != "interval1" else [1.0] * len(runs),
-            epochs_ratio=[r.get("epochs_to_target_ratio") for r in runs],
-            final_test_delta=[r["final_test_delta"] for r in runs])
+        rows[name] = dict(_judged(runs),
+                          epoch=[r["epoch_speedup"] for r in runs] if name != "interval1" else [1.0] * len(runs))
     fast = statistics.median(rows["fast"]["sooner"])
     families = []
     for family, members in comp.families:
@@ -195,9 +199,7 @@ def peer_table(summary: dict, setting: dict) -> list:
     lines = ["| method | setting | x epoch, median | x sooner, median (range) | epochs to target vs interval 1, "
              "median (max) | final test vs interval 1, mean (lowest) |", "|---|---|---|---|---|---|"]
     for name, r in summary["rows"].items():
-        ratio = [x for x in r["epochs_ratio"] if x is not None]
-        ratio_text = (f"{statistics.median(ratio):.2f} ({max(ratio):.2f})" if ratio else "never") + \
-            ("; never in some" if ratio and len(ratio) < len(r["epochs_ratio"]) else "")
+        ratio_text = _ratio_text(r["epochs_ratio"])
         within = null and name not in ("interval1", "int1-masks") and \
             min(null["sooner"]) <= statistics.median(r["sooner"]) <= max(null["sooner"])
         lines.append(f"| `{name}` | {setting.get(name, '-')} | {statistics.median(r['epoch']):.2f} | "
@@ -266,10 +268,7 @@ def summarize_peer_code(spec: PeerCode) -> dict | None:
     mine = {}
     for name in ("interval1", "int1-masks", "fast") + ((spec.in_project,) if spec.in_project else ()):
         runs = [next(r for r in ours[str(s)]["runs"] if r["name"] == name) for s in seeds]
-        mine[name] = dict(epoch_ms=statistics.median(r["epoch_s"] * 1e3 for r in runs),
-                          sooner=[r.get("time_to_target_speedup") or 0.0 for r in runs],
-                          epochs_ratio=[r.get("epochs_to_target_ratio") for r in runs],
-                          final_test_delta=[r["final_test_delta"] for r in runs])
+        mine[name] = dict(_judged(runs), epoch_ms=statistics.median(r["epoch_s"] * 1e3 for r in runs))
     best = max((n for n in rows if "ours" in rows[n] and n != exact_name),
                key=lambda n: statistics.median(rows[n]["ours"]["sooner"]), default=None)
     best_sooner = statistics.median(rows[best]["ours"]["sooner"]) if best else 0.0
