@@ -26,6 +26,7 @@ from .allocator import resolve as resolve_allocator
 from .cluster import ClusterError, LocalCluster, cleanup_stale_namespaces, netns_available, python_cmd
 from .config import (METHODS, ClusterConfig, DataConfig, add_part_arguments, add_train_arguments, from_args,
                      load_sweep, part_from_args)
+from .config.output import check_writable
 from .data import DatasetError, load_dataset
 
 # DGL and torch are imported by the subcommands that need them (dgl_sni.partition), so
@@ -56,6 +57,7 @@ def _load(cfg: DataConfig):
 
 def cmd_partition(ns) -> int:
     from .partition import partition
+    check_writable("--out", ns.out, folder=True)
     data = _load(part_from_args(DataConfig, ns))
     config = partition(data, ns.parts, ns.out, method=ns.method, graph_name=ns.graph_name,
                        quiet=not ns.verbose)
@@ -135,6 +137,9 @@ def cmd_train(ns) -> int:
     from .partition import partition
     cfg = from_args(ns)
     cl, out = cfg.cluster, cfg.output
+    out.check_writable()  # before anything trains: a run must be able to write what it trained
+    if cfg.tier.storage_tier:
+        check_writable("--storage-tier", cfg.tier.storage_tier, folder=True)
     mode = _cluster_mode(cl.cluster, cl.workers)
     allocator, preload = resolve_allocator(cl.allocator)
     if allocator != "tcmalloc" and cl.allocator == "auto":

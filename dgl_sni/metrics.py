@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -137,14 +138,33 @@ def summarize(epochs: list, peak_rss: list) -> dict:
 
 
 def write_metrics(path: str, config: dict, epochs: list, summary: dict, **extra) -> None:
-    """Write the metrics JSON atomically (a crash never leaves half a file)."""
+    """Write the metrics JSON atomically (a crash never leaves half a file).
+
+    The launcher checked ``path`` before training; if it still cannot be written (the disk
+    filled, the folder went away), the metrics go to a file of the temporary folder and the
+    ``OSError`` raised names both, so a finished run's figures are never lost.
+    """
     doc = dict(config=config, epochs=epochs, summary=summary, **extra)
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
+    try:
+        _write_json(path, doc)
+    except OSError as err:
+        fd, kept = tempfile.mkstemp(prefix="dgl-sni-metrics-", suffix=".json")
+        os.close(fd)
+        _write_json(kept, doc)
+        raise OSError(f"cannot write the metrics to {path} ({err.strerror or err}); "
+                      f"they were written to {kept}") from err
+
+
+def _write_json(path: str, doc: dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=1, default=_json_default)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as fh:
+            json.dump(doc, fh, indent=1, default=_json_default)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def _json_default(obj):

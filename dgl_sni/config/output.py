@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -44,6 +46,32 @@ def resume_point(directory: str, epochs: int) -> tuple:
     return path, epoch
 
 
+def check_writable(flag: str, path: str, folder: bool) -> None:
+    """Raise ``ValueError`` naming ``flag`` unless a run can write ``path``: a folder
+    (``folder``) or a file there. The launcher calls it before any machine starts, so a run
+    never trains to the end and then fails to write what it trained.
+
+    The nearest folder that exists must be one, and a folder must be creatable in it (tried
+    and removed again: write permission alone does not tell, e.g. under ``/proc`` or on a
+    read-only mount). A file's path must not be a folder, a folder's not a file. Creates
+    nothing that stays.
+    """
+    path = os.path.abspath(path)
+    if os.path.isdir(path) and not folder:
+        raise ValueError(f"{flag} {path} is a folder; give a file name (e.g. {os.path.join(path, 'metrics.json')})")
+    if os.path.exists(path) and not os.path.isdir(path) and folder:
+        raise ValueError(f"{flag} {path} is a file; give a folder")
+    base = path if folder else os.path.dirname(path)
+    while not os.path.exists(base):
+        base = os.path.dirname(base)
+    if not os.path.isdir(base):
+        raise ValueError(f"{flag} {path}: {base} is a file, so no folder can be made there")
+    try:
+        shutil.rmtree(tempfile.mkdtemp(prefix=".dgl-sni-probe-", dir=base))
+    except OSError as err:
+        raise ValueError(f"{flag} {path}: cannot write under {base} ({err.strerror or err})") from None
+
+
 @dataclass
 class OutputConfig:
     """What a run writes (progress line, metrics JSON, checkpoints) and the sweep it runs."""
@@ -71,6 +99,15 @@ class OutputConfig:
         """Where checkpoints are written: ``--checkpoint-dir``, else the ``--resume`` folder
         (a run resumed twice continues from the second run's checkpoints)."""
         return self.checkpoint_dir or self.resume
+
+    def check_writable(self) -> None:
+        """Refuse (``ValueError``) a metrics path or checkpoint folder a run could not write
+        (:func:`check_writable`; with ``--sweep``, ``--metrics`` is a folder)."""
+        if self.metrics:
+            check_writable("--metrics", self.metrics, folder=bool(self.sweep))
+        if self.checkpoints_to:
+            check_writable("--checkpoint-dir" if self.checkpoint_dir else "--resume", self.checkpoints_to,
+                           folder=True)
 
     def validate(self) -> "OutputConfig":
         if self.checkpoint_every < 1:

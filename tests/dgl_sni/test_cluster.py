@@ -14,7 +14,7 @@ from dgl_sni.cluster import ClusterError, LocalCluster
 from dgl_sni.data import load_npz
 from dgl_sni.partition import load_orig_nids, partition
 
-from tests.helpers import ROOT, leftover_namespaces, needs_netns, run_cli
+from tests.helpers import ROOT, leftover_namespaces, needs_netns, read_metrics, run_cli
 
 
 def _alive(pid):
@@ -115,6 +115,43 @@ def test_port_in_use_is_reported(small_graph_npz):
 def test_bad_arguments(args, message):
     proc = run_cli("train", "--quiet", "--epochs", 1, *args, check=False)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+
+
+def test_outputs_a_run_could_not_write_are_refused_before_it_starts(tmp_path):
+    """A bad --metrics, --checkpoint-dir or --storage-tier fails at once, naming the flag: not
+    after training (when the metrics are written) nor in a worker; the kept run folder shows
+    that nothing started. ``partition --out`` likewise, before the graph is partitioned."""
+    a_file = tmp_path / "a_file"
+    a_file.write_text("kept")
+    sweep = tmp_path / "sweep.json"
+    sweep.write_text('[{"lr": 0.02}]')
+    cases = [(("--metrics", a_file / "m.json"), f"--metrics {a_file}/m.json: {a_file} is a file"),
+             (("--metrics", tmp_path), f"--metrics {tmp_path} is a folder; give a file name"),
+             (("--checkpoint-dir", a_file), f"--checkpoint-dir {a_file} is a file; give a folder"),
+             (("--storage-tier", "/proc/dgl-sni-tier"), "--storage-tier /proc/dgl-sni-tier: cannot write under /proc"),
+             (("--sweep", sweep, "--metrics", a_file), f"--metrics {a_file} is a file; give a folder")]
+    for args, message in cases:
+        run_dir = tmp_path / "run"
+        proc = run_cli("train", "--quiet", "--epochs", 1, "--run-dir", run_dir, *args, check=False)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert not run_dir.exists()
+    proc = run_cli("partition", "--parts", 2, "--out", a_file / "parts", check=False)
+    assert proc.returncode == 2 and f"--out {a_file}/parts: {a_file} is a file" in proc.stderr, proc.stderr
+    assert a_file.read_text() == "kept" and sorted(p.name for p in tmp_path.iterdir()) == ["a_file", "sweep.json"]
+
+
+def test_metrics_that_cannot_be_written_at_the_end_are_kept_elsewhere(tmp_path):
+    from dgl_sni.metrics import write_metrics
+    blocked = tmp_path / "a_file"
+    blocked.write_text("")
+    with pytest.raises(OSError, match=f"cannot write the metrics to {blocked}/m.json") as err:
+        write_metrics(str(blocked / "m.json"), {"lr": 0.01}, [{"epoch": 0, "loss": 1.5}], {"epochs": 1})
+    kept = str(err.value).rsplit("written to ", 1)[1]
+    try:
+        assert read_metrics(kept) == dict(config={"lr": 0.01}, epochs=[{"epoch": 0, "loss": 1.5}],
+                                          summary={"epochs": 1})
+    finally:
+        os.remove(kept)
 
 
 def test_more_workers_than_nodes(tmp_path):
