@@ -78,6 +78,13 @@ class GraphData:
         if self.src.shape[0] != self.dst.shape[0]:
             raise DatasetError(
                 f"'src' has {self.src.shape[0]} entries but 'dst' has {self.dst.shape[0]}{where}")
+        if self.features.ndim != 2 or self.features.shape[0] != n:
+            raise DatasetError(
+                f"'features' must have shape [num_nodes={n}, dim], got {tuple(self.features.shape)}{where}")
+        if self.labels.ndim != 1 or self.labels.shape[0] != n:
+            raise DatasetError(
+                f"'labels' must have shape [num_nodes], one per row of 'features' ({n}), "
+                f"got {tuple(self.labels.shape)}{where}")
         for key in ("src", "dst") + SPLIT_NAMES:
             arr = getattr(self, key)
             if not np.issubdtype(arr.dtype, np.integer):
@@ -85,12 +92,6 @@ class GraphData:
             if arr.size and (arr.min() < 0 or arr.max() >= n):
                 raise DatasetError(
                     f"'{key}' has node ids outside [0, {n}) (min {arr.min()}, max {arr.max()}){where}")
-        if self.features.ndim != 2 or self.features.shape[0] != n:
-            raise DatasetError(
-                f"'features' must have shape [num_nodes={n}, dim], got {tuple(self.features.shape)}{where}")
-        if self.labels.ndim != 1 or self.labels.shape[0] != n:
-            raise DatasetError(
-                f"'labels' must have shape [num_nodes={n}], got {tuple(self.labels.shape)}{where}")
         if not np.issubdtype(self.labels.dtype, np.integer):
             raise DatasetError(f"'labels' must be integer class ids, got {self.labels.dtype}{where}")
         if self.labels.min() < -1:

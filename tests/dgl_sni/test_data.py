@@ -83,7 +83,8 @@ def _write(tmp_path, **arrays):
     (dict(features=None), "lacks required array(s) features"),
     (dict(dst=np.array([1, 0, 2, 9])), "'dst' has node ids outside [0, 3)"),
     (dict(src=np.array([0, 1, 1])), "'src' has 3 entries but 'dst' has 4"),
-    (dict(labels=np.array([0, 1])), "'labels' must have shape [num_nodes=3]"),
+    (dict(labels=np.array([0, 1])), "'labels' must have shape [num_nodes], one per row of 'features' (3), got (2,)"),
+    (dict(features=np.zeros((2, 4), np.float32)), "one per row of 'features' (2), got (3,)"),  # not the edges
     (dict(features=np.zeros(3, np.float32)), "'features' in"),
     (dict(src=np.array([0.0, 1, 1, 2])), "'src' must hold integer node ids"),
     (dict(test_idx=np.array([], dtype=np.int64)), "'test_idx' is empty"),
