@@ -413,8 +413,10 @@ def _cpu_runtime() -> None:
 
 def _stub_imports() -> None:
     """Modules the peers import for datasets and metrics these graphs do not use (OGB's loader,
-    Yelp's scaler, multi-label F1); this project does not depend on them, so they stand in and say so."""
+    Yelp's scaler, multi-label F1); this project does not depend on them, so where they are not
+    installed they stand in, and a call of one says so. Installed ones are left as they are."""
     import importlib.machinery
+    import importlib.util
     import types
 
     def stand_in(name):
@@ -427,9 +429,13 @@ def _stub_imports() -> None:
             raise NotImplementedError(f"{what} is not installed here; the peer needs it only for other datasets")
         return call
 
-    for name, attrs in (("ogb.nodeproppred", ("DglNodePropPredDataset",)),
-                        ("sklearn.preprocessing", ("StandardScaler",)), ("sklearn.metrics", ("f1_score",))):
+    wanted = (("ogb.nodeproppred", ("DglNodePropPredDataset",)),
+              ("sklearn.preprocessing", ("StandardScaler",)), ("sklearn.metrics", ("f1_score",)))
+    absent = {p for p in ("ogb", "sklearn") if p not in sys.modules and importlib.util.find_spec(p) is None}
+    for name, attrs in wanted:
         parent = name.split(".")[0]
+        if parent not in absent:
+            continue  # installed: the peer imports the real one
         sys.modules.setdefault(parent, stand_in(parent))
         module = stand_in(name)
         for attr in attrs:

@@ -131,3 +131,23 @@ def test_a_clone_without_the_pinned_commit_stops_the_script_with_its_name(tmp_pa
     repo, _ = _repo(tmp_path)
     with pytest.raises(SystemExit, match=f"peer_code: cannot read commit {pc.PIPEGCN.commit}"):
         pc.main(["--peer", "pipegcn", "--repo", str(repo), "--scratch", str(tmp_path / "s")])
+
+
+def test_modules_the_peers_import_but_these_graphs_do_not_use_stand_in_only_where_absent(monkeypatch):
+    import importlib.util
+    import sys
+    import types
+    for name in ("ogb", "ogb.nodeproppred", "sklearn", "sklearn.preprocessing", "sklearn.metrics"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    real = types.ModuleType("sklearn")  # an installed sklearn, already imported
+    monkeypatch.setitem(sys.modules, "sklearn", real)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)  # OGB is not installed
+    try:
+        pc._stub_imports()
+        from ogb.nodeproppred import DglNodePropPredDataset
+        with pytest.raises(NotImplementedError, match="ogb.nodeproppred.DglNodePropPredDataset is not installed"):
+            DglNodePropPredDataset("ogbn-products")
+        assert sys.modules["sklearn"] is real and "sklearn.metrics" not in sys.modules
+    finally:
+        for name in ("ogb", "ogb.nodeproppred"):  # the stand-ins go with the test
+            sys.modules.pop(name, None)
