@@ -44,6 +44,8 @@ cdef extern from "csrc/row_epilogue.hpp" namespace "sni":
 cdef extern from "csrc/row_blend.hpp" namespace "sni":
     void smooth_rows(const float* old, const float* fresh, int64_t n, float g, float* out) nogil
     void mix_rows(const float* a, float ga, const float* b, float gb, int64_t n, float* out) nogil
+    void trend_rows(float* avg, float* twice, const float* fresh, float ga, float gb, int64_t n,
+                    float* out) nogil
 
 cdef extern from "csrc/row_accumulate.hpp" namespace "sni":
     void accumulate_float_rows(const float* x, int64_t n, int64_t d, const int64_t* offsets, double* target) nogil
@@ -262,6 +264,19 @@ def mix_rows_into(a, float ga, b, float gb, out):
     with nogil:
         mix_rows(<const float*>cnp.PyArray_DATA(aa), ga, <const float*>cnp.PyArray_DATA(ba), gb, n,
                  <float*>cnp.PyArray_DATA(ra))
+    return out
+
+
+def trend_rows_into(avg, twice, fresh, float ga, float gb, out):
+    """``avg = avg * ga + fresh * gb``, ``twice = twice * ga + avg * gb`` in place and ``out =
+    2 avg - twice``, in float32, one pass; see csrc/row_blend.hpp."""
+    _same_block(avg, fresh, out, ("avg", "fresh"))
+    _same_block(twice, fresh, out, ("twice", "fresh"))
+    cdef cnp.ndarray aa = avg, ta = twice, fa = fresh, ra = out
+    cdef int64_t n = avg.size
+    with nogil:
+        trend_rows(<float*>cnp.PyArray_DATA(aa), <float*>cnp.PyArray_DATA(ta), <const float*>cnp.PyArray_DATA(fa),
+                   ga, gb, n, <float*>cnp.PyArray_DATA(ra))
     return out
 
 

@@ -13,6 +13,7 @@ from .presets import PRESET_NAMES, PRESETS, Context, describe, expand
 
 PREDICTORS = ("none",) + PREDICTOR_NAMES  # none: no agent, every epoch syncs
 STALE_GRAD = ("exchange", "skip", "last")
+AVERAGE_TREND = ("none", "rows", "grads", "both")
 SYNC_POLICIES = ("fixed", "adaptive", "drift", "pipeline", "guarded")
 AGENT_MODES = ("process", "inline", "doca", "doca-local")
 STALE_HALO = ("summed", "rows")
@@ -164,6 +165,13 @@ class SNIConfig:
                                       "stale ones too, keeps them averaged likewise, and syncs push that average "
                                       "(the owners then smooth it no further); 0: the sync step's gradients",
                                  sweep=True, needs=("stale epochs (--sync-interval above 1)", lambda c: c.sync_interval > 1))
+    average_trend: str = option("none", "the averages over steps of the rows (rows), the gradients (grads) or both "
+                                        "publish 2 E - EMA(E), E the average (double exponential smoothing): what "
+                                        "changes at a steady rate is published without the average's lag of "
+                                        "A / (1 - A) steps, at some of its noise; none: E",
+                                choices=AVERAGE_TREND, sweep=True,
+                                needs=("averages over steps (--row-average or --grad-average)",
+                                       lambda c: c.row_average > 0 or c.grad_average > 0))
     stale_truth: str = option("none", "measurement: stale epochs take the owners' true halo rows (rows), push and "
                                       "receive the true halo gradients (grads) or both, instead of the served "
                                       "ones (rows@L, grads@L, both@L: layer L only); pulled and pushed as on a "
@@ -240,6 +248,8 @@ class SNIConfig:
             (0 <= self.halo_sample <= 1, f"--halo-sample must lie in [0, 1], got {self.halo_sample}"),
             (0 <= self.row_average < 1, f"--row-average must lie in [0, 1), got {self.row_average}"),
             (0 <= self.grad_average < 1, f"--grad-average must lie in [0, 1), got {self.grad_average}"),
+            (self.average_trend in AVERAGE_TREND,
+             f"--average-trend must be one of {', '.join(AVERAGE_TREND)}, got {self.average_trend!r}"),
             (self.stale_halo in STALE_HALO,
              f"--stale-halo must be one of {', '.join(STALE_HALO)}, got {self.stale_halo!r}"),
             (self.sync_halo in SYNC_HALO,

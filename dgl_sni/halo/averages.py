@@ -1,11 +1,14 @@
-"""Exponential averages over sync epochs, each in one compiled pass (csrc/row_blend.hpp).
+"""Exponential averages over sync epochs and over steps, each in one compiled pass
+(csrc/row_blend.hpp).
 
 With ``--smooth S`` the stale path keeps three averages over syncs: the halo rows the agent
 observes (:class:`~dgl_sni.halo.resolver.HaloResolver`), the kept halo sums that follow
 them (:class:`~dgl_sni.halo.sums.KeptSums`) and, with ``--stale-grad last``, the received
 halo gradients (:class:`~dgl_sni.halo.exchange.KVHaloExchange`). Each was two or three
 element-wise passes that allocated their results; these give the same float32 values,
-operation for operation, in one pass.
+operation for operation, in one pass. The averages over steps (``--row-average``,
+``--grad-average``; :class:`~dgl_sni.halo.exchange.KVHaloExchange`) are :func:`mix`, and
+with ``--average-trend`` :func:`trend`.
 """
 from __future__ import annotations
 
@@ -27,4 +30,15 @@ def mix(kept: torch.Tensor, g: float, new: torch.Tensor) -> torch.Tensor:
     kept, new = kept.detach().contiguous(), new.detach().contiguous()
     out = torch.empty_like(new)
     _ops.mix_rows_into(kept.numpy(), g, new.numpy(), 1.0 - g, out.numpy())
+    return out
+
+
+
+def trend(average: torch.Tensor, twice: torch.Tensor, g: float, new: torch.Tensor) -> torch.Tensor:
+    """The double exponential average: ``average = mix(average, g, new)`` and ``twice =
+    mix(twice, g, average)`` in place (contiguous float32 tensors no one else holds), and
+    ``2 * average - twice`` as a new tensor (what ``mix(twice, -1, average)`` gives)."""
+    new = new.detach().contiguous()
+    out = torch.empty_like(new)
+    _ops.trend_rows_into(average.numpy(), twice.numpy(), new.numpy(), g, 1.0 - g, out.numpy())
     return out

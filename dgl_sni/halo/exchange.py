@@ -34,6 +34,7 @@ from storage_tier.protocols import Owned
 from ..dropout import KeyedMask
 from .autograd import ExchangeFunction, HaloGate, HaloSumFunction
 from .averages import mix, smooth_into
+from .averages import trend as trend_average
 from .plan import Grad, HaloPlanner, Source, StepPlan
 from .resolver import Origin, Resolved
 from .rows import Form
@@ -65,7 +66,7 @@ class KVHaloExchange:
         self._last_grad = {}  # layer -> the gradient received at the last exact step (pipelined runs)
         self._pipe_rows, self._pipe_grads = {}, {}  # layer -> pipelined rows / gradients averaged over steps
         self._sync_grad = {}  # layer -> the syncs' received gradients, smoothed (Grad.LAST)
-        self._row_avg, self._grad_avg = {}, {}  # layer -> owned rows / halo gradients averaged over steps
+        self._row_avg, self._grad_avg = {}, {}  # layer (and (layer, "trend")) -> averages over steps
         self._ran = {}  # (mode, layer) -> {form: training steps that took the layer's rows so}
         self._averaged_layers = {"rows": set(), "grads": set()}  # layers whose published averages ran
         self._bits, self._smoothing = set(), set()  # what the training steps' plans moved rows with
@@ -233,7 +234,7 @@ class KVHaloExchange:
         lp = self.plan.layers[layer]
         if not lp.average_rows:
             return owned
-        average = _average(self._row_avg, layer, owned.detach(), lp.average_rows)
+        average = _average(self._row_avg, layer, owned.detach(), lp.average_rows, lp.trend_rows)
         if not lp.send_averages:  # a warm-up step: exact, its average only kept
             return owned
         self._averaged_layers["rows"].add(layer)
@@ -304,7 +305,7 @@ class KVHaloExchange:
         where they are averaged over steps, that average."""
         lp = self.plan.layers[layer]
         if lp.average_grads:
-            average = _average(self._grad_avg, layer, grad_halo, lp.average_grads)
+            average = _average(self._grad_avg, layer, grad_halo, lp.average_grads, lp.trend_grads)
             if lp.send_averages:  # else a warm-up step: exact, its average only kept
                 self._averaged_layers["grads"].add(layer)
                 grad_halo = average
@@ -357,8 +358,18 @@ def _tensor(resolved: Resolved) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(resolved.rows))
 
 
-def _average(kept: dict, layer: int, new: torch.Tensor, a: float) -> torch.Tensor:
-    """``kept[layer] = a * kept[layer] + (1 - a) * new`` (``new`` itself the first time); returns it."""
+def _average(kept: dict, layer: int, new: torch.Tensor, a: float, trend: bool = False) -> torch.Tensor:
+    """``kept[layer] = a * kept[layer] + (1 - a) * new`` (``new`` itself the first time); returns
+    it, or with ``trend`` ``2 E - EMA(E)`` of it, the average of the averages kept beside it
+    under ``(layer, "trend")``."""
     prev = kept.get(layer)
-    kept[layer] = new.detach().clone() if prev is None else mix(prev, a, new)
-    return kept[layer]
+    if prev is None:
+        kept[layer] = prev = new.detach().contiguous().clone()
+        if trend:  # twice the average less its average: the first rows themselves
+            kept[(layer, "trend")] = prev.clone()
+            return prev.clone()
+        return prev
+    if not trend:
+        kept[layer] = mix(prev, a, new)
+        return kept[layer]
+    return trend_average(prev, kept[(layer, "trend")], a, new)  # neither average handed out

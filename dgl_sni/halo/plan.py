@@ -114,6 +114,8 @@ class LayerPlan:
     ``average_rows`` / ``average_grads`` (``A``, 0: off): a training step adds the owned rows it
     computes (the halo gradients it computes) to their average over steps, ``A * old + (1 - A)
     * new``, and what it publishes (pushes) is that average (``--row-average``, ``--grad-average``);
+    ``trend_rows`` / ``trend_grads``: what is published is ``2 E - EMA(E)`` of that average
+    ``E`` (``--average-trend``), which follows a steady change without ``E``'s lag;
     with ``send_averages`` False (a warm-up step) the average is updated but the step's own rows
     and gradients are sent, so warm-up epochs are exact. ``keep_grad``: the gradient the others
     push for the owned rows is kept, smoothed over syncs, for the stale steps whose ``grad`` is
@@ -131,6 +133,8 @@ class LayerPlan:
     measure_grad: bool = False
     average_rows: float = 0.0
     average_grads: float = 0.0
+    trend_rows: bool = False
+    trend_grads: bool = False
     send_averages: bool = True
     kept: torch.Tensor | None = None
 
@@ -316,6 +320,8 @@ class HaloPlanner:
             source=source, form=form, grad=grad, kept=kept, keep_sum=keep_sum,
             average_rows=cfg.row_average if averaging else 0.0,
             average_grads=cfg.grad_average if averaging else 0.0, send_averages=warm,
+            trend_rows=averaging and cfg.average_trend in ("rows", "both"),
+            trend_grads=averaging and cfg.average_trend in ("grads", "both"),
             keep_grad=grad is Grad.PUSH and not stale and cfg is not None and cfg.stale_grad == "last",
             keep_previous=self.pipeline_from is not None and training and mode == "sync",
             measure_grad=stale and training and cfg.measure_staleness and grad in (Grad.LAST, Grad.NONE))

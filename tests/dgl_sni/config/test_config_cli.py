@@ -25,7 +25,7 @@ STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DG
 # null runs of the paired-seed studies; preset: the named presets)
 NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
             "allocator", "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
-            "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice"}
+            "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice", "average_trend"}
 # settings no non-default config below moves, and why
 KEPT = {"resume": "needs a folder holding a checkpoint, and excludes --sweep (the configs set one)"}
 COMMON = {"dataset", "workers", "bandwidth", "model", "model_file", "layers", "hidden", "dropout", "lr", "seed", "epochs",
@@ -59,7 +59,7 @@ def _non_default() -> list:
              doca_pci="0000:03:00.0", doca_name="sni-x", preset="fast", sync_halo="inputs"),
         dict(predictor="gated", transfer=False, sync_policy="guarded", sync_loss_gap=0.05, agent_dir="/a",
              sync_halo="summed", stale_truth="rows@2", row_average=0.5, grad_average=0.5, prefetch=False,
-             quantize=8, bit_choice="adaptive"),
+             quantize=8, bit_choice="adaptive", average_trend="rows"),
         dict(model_file="/models/mine.py:build", heads=3, sync_interval=1, halo_sample=0.3),
     )]
 
@@ -197,7 +197,8 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "stale_grad", "sync_policy", "drift_bound", "measure_staleness", "transfer",
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth",
                               "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
-                              "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice"}
+                              "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice",
+                              "average_trend"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()

@@ -4,7 +4,7 @@ Every model declares what its layers can take (``halo_takes``); the planner give
 a form it declares, the model takes its rows in that form, and the exchange records what ran.
 With rows averaged over steps, what a sync publishes is the average of the owned rows every
 training step computed, whatever the form: a layer taking whole rows (attention, any DGL
-layer) averages as a layer taking a sum does."""
+layer) averages as a layer taking a sum does, and with the trend publishes ``2 E - EMA(E)``."""
 import numpy as np
 import pytest
 import torch
@@ -56,7 +56,8 @@ def _model(name, data):
 @pytest.mark.parametrize("name, sums", [("GCN", [True, True, True]), ("SAGE", [True, True, True]),
                                         ("GAT", [False, False, False]), ("gcn_layernorm", [True, True, True]),
                                         ("gin", [True, True, True]), ("gat", [False, False, False])])
-def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages(data, name, sums):
+@pytest.mark.parametrize("trend", [False, True])
+def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages(data, name, sums, trend):
     model = _model(name, data)
     whole = whole_graph_view(data, name.lower() if name.isupper() else "custom")
     owned = np.arange(0, data.num_nodes, 3)
@@ -66,7 +67,7 @@ def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages
     takes = model.halo_takes(block, x)
     assert [t.sum for t in takes] == sums
     cfg = SNIConfig.expanded(dict(preset="fast", warmup=1, sync_interval=2, row_average=A, grad_average=A,
-                                  quantize=0))
+                                  quantize=0, average_trend="both" if trend else "none"))
     agent = InlineAgentClient()
     try:
         planner = HaloPlanner(cfg, Counters(), halo_ids, dims, agent=agent, edge_counts=np.ones(halo_ids.size),
@@ -92,13 +93,17 @@ def test_the_planner_gives_each_layer_a_form_it_declares_and_every_form_averages
             stale_forms = ran["halo_forms"]["stale"][str(layer)]
             assert set(stale_forms) == ({"sum"} if takes[layer].sum else {"rows"})
         assert ran["averaged_rows"] == ran["averaged_grads"] == list(range(1, len(dims) + 1))
-        # what step 3 (a sync after the stale step 2) published: the average over steps 0-3
+        # what step 3 (a sync after the stale step 2) published: the average over steps 0-3,
+        # with the trend twice it less the average of the averages
         for layer in range(1, len(dims) + 1):
             rows = computed[layer]
             assert len(rows) == 4  # every training step computed the layer's owned rows once
-            expect = rows[0]
+            expect = twice = rows[0]
             for r in rows[1:]:
                 expect = A * expect + (1 - A) * r
+                twice = A * twice + (1 - A) * expect
+            if trend:
+                expect = 2 * expect - twice
             published = [p for s, lay, p in wire.published if s == 3 and lay == layer]
             assert len(published) == 1
             torch.testing.assert_close(published[0], expect, rtol=1e-5, atol=1e-6)
