@@ -33,7 +33,6 @@ def mix(kept: torch.Tensor, g: float, new: torch.Tensor) -> torch.Tensor:
     return out
 
 
-
 def trend(average: torch.Tensor, twice: torch.Tensor, g: float, new: torch.Tensor) -> torch.Tensor:
     """The double exponential average: ``average = mix(average, g, new)`` and ``twice =
     mix(twice, g, average)`` in place (contiguous float32 tensors no one else holds), and
