@@ -90,6 +90,15 @@ def _matrix(a, dtype, what):
         raise ValueError(f"{what} must be 2-d with at least one column, got shape {a.shape}")
 
 
+def _pair_shard(a):
+    """Refuse a gradient shard that is not C-contiguous float64 ``[rows, 2, d]`` (a sum and its
+    rounding error per element, csrc/row_accumulate.hpp); return ``d``."""
+    _c_array(a, np.float64, "target")
+    if a.ndim != 3 or a.shape[1] != 2 or a.shape[2] < 1:
+        raise ValueError(f"target must be a shard of (sum, error) pairs, [rows, 2, d], got shape {a.shape}")
+    return a.shape[2]
+
+
 def _check_codec(packed, n, d, int bits):
     """Refuse a bit width or an encoded block that does not fit ``n`` rows of ``d`` values."""
     if bits not in (2, 4, 8):
@@ -151,12 +160,11 @@ def decode_rows_into(packed, out, int bits):
 
 
 def accumulate_rows_into(packed, offsets, target, int bits):
-    """``target[offsets[r]] += decoded row r`` in float64 (``target``: ``[rows, d]``;
-    ``offsets``: int64, each in range)."""
+    """``target[offsets[r]] += decoded row r`` in float64 pairs, error-free (``target``:
+    ``[rows, 2, d]``, see csrc/row_accumulate.hpp; ``offsets``: int64, each in range)."""
     _c_array(packed, np.uint8, "encoded rows")
     _c_array(offsets, np.int64, "offsets")
-    _matrix(target, np.float64, "target")
-    cdef int64_t n = offsets.shape[0], d = target.shape[1]
+    cdef int64_t n = offsets.shape[0], d = _pair_shard(target)
     _check_codec(packed, n, d, bits)
     if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
         raise IndexError(f"offsets must lie in [0, {target.shape[0]})")
@@ -220,11 +228,10 @@ def decode_block_into(block, out):
 
 
 def accumulate_block_into(block, offsets, target):
-    """``target[offsets[r]] += decoded row r`` of a block, in float64 (``target``: ``[rows, d]``;
-    ``offsets``: int64, one per row of the block, each in range)."""
+    """``target[offsets[r]] += decoded row r`` of a block, in float64 pairs, error-free
+    (``target``: ``[rows, 2, d]``; ``offsets``: int64, one per row of the block, each in range)."""
     _c_array(offsets, np.int64, "offsets")
-    _matrix(target, np.float64, "target")
-    cdef int64_t n = offsets.shape[0], d = target.shape[1]
+    cdef int64_t n = offsets.shape[0], d = _pair_shard(target)
     cdef int64_t start[3]
     _block_layout(block, n, d, start)
     if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
@@ -281,17 +288,16 @@ def trend_rows_into(avg, twice, fresh, float ga, float gb, out):
 
 
 def accumulate_float_rows_into(x, offsets, target):
-    """``target[offsets[r]] += x[r]`` in float64 (``x``: float32 ``[n, d]``; ``target``:
-    float64 ``[rows, d]``; ``offsets``: int64 ``[n]``, each in range); see
+    """``target[offsets[r]] += x[r]`` in float64 pairs, error-free (``x``: float32 ``[n, d]``;
+    ``target``: float64 ``[rows, 2, d]``; ``offsets``: int64 ``[n]``, each in range); see
     csrc/row_accumulate.hpp."""
     _matrix(x, np.float32, "rows")
     _c_array(offsets, np.int64, "offsets")
-    _matrix(target, np.float64, "target")
     cdef int64_t n = x.shape[0], d = x.shape[1]
     if offsets.ndim != 1 or offsets.shape[0] != n:
         raise ValueError(f"need one offset per row: {n} rows, offsets of shape {offsets.shape}")
-    if target.shape[1] != d:
-        raise ValueError(f"rows of {d} values cannot be added into a target of {target.shape[1]} columns")
+    if _pair_shard(target) != d:
+        raise ValueError(f"rows of {d} values cannot be added into a target of {target.shape[2]} columns")
     if n and (offsets.min() < 0 or offsets.max() >= target.shape[0]):
         raise IndexError(f"offsets must lie in [0, {target.shape[0]})")
     cdef cnp.ndarray xa = x, fa = offsets, ta = target

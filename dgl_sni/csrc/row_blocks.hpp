@@ -63,14 +63,14 @@ inline void decode_block(const uint8_t* block, int64_t n, int64_t d, const int64
     }
 }
 
-// target[offsets[r], j] += lo + c * s of row r, in float64.
+// target[offsets[r], :, j] += lo + c * s of row r, in float64 pairs ([rows, 2, d], row_accumulate.hpp).
 inline void accumulate_block(const uint8_t* block, int64_t n, int64_t d, const int64_t start[3],
                              const int64_t* offsets, double* target) {
     int64_t at[3] = {start[0], start[1], start[2]};
     for (int64_t r = 0; r < n; ++r) {
         const int c = row_code_of(block, r), bits = code_bits(c);
         const int64_t width = block_row_width(d, bits);
-        accumulate_row(block + at[c], d, bits, width, target + offsets[r] * d);
+        accumulate_row(block + at[c], d, bits, width, target + offsets[r] * 2 * d);
         at[c] += width;
     }
 }

@@ -16,6 +16,8 @@
 #pragma once
 #include <cstdint>
 #include <cstring>
+
+#include "row_accumulate.hpp"
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -148,8 +150,9 @@ inline void header_of(const uint8_t* o, int64_t width, float* lo, float* scale) 
     std::memcpy(scale, o + width - 4, 4);
 }
 
-// One row of `width` bytes at BITS: y[j] = lo + c_j * s (float32), or with ADD t[j] += the
-// same in float64 (the owner's gradient shard).
+// One row of `width` bytes at BITS: y[j] = lo + c_j * s (float32), or with ADD the same in
+// float64 added into the pair row at y (the owner's gradient shard: sums y[0..d), errors
+// y[d..2d), see row_accumulate.hpp).
 template <int BITS, bool ADD, typename T>
 inline void decode_row_as(const uint8_t* o, int64_t d, int64_t width, T* y) {
     constexpr int per = 8 / BITS;
@@ -160,7 +163,7 @@ inline void decode_row_as(const uint8_t* o, int64_t d, int64_t width, T* y) {
     for (int64_t j = 0; j < d; ++j) {
         const uint8_t c = BITS == 8 ? o[j] : static_cast<uint8_t>((o[j / per] >> (BITS * (j % per))) & mask);
         const T v = lo + static_cast<T>(c) * scale;
-        if (ADD) y[j] += v; else y[j] = v;
+        if constexpr (ADD) two_sum_into(y[j], y[d + j], v); else y[j] = v;
     }
 }
 
@@ -181,10 +184,10 @@ inline void decode_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, i
     for (int64_t r = 0; r < n; ++r) decode_row(packed + r * width, d, bits, width, out + r * d);
 }
 
-// target[offsets[r], j] += lo + c * s, in float64 (the owner's gradient shard).
+// target[offsets[r], :, j] += lo + c * s, in float64 pairs (the owner's gradient shard, [rows, 2, d]).
 inline void accumulate_rows(const uint8_t* packed, int64_t n, int64_t d, int bits, int64_t width,
                             const int64_t* offsets, double* target) {
-    for (int64_t r = 0; r < n; ++r) accumulate_row(packed + r * width, d, bits, width, target + offsets[r] * d);
+    for (int64_t r = 0; r < n; ++r) accumulate_row(packed + r * width, d, bits, width, target + offsets[r] * 2 * d);
 }
 
 }  // namespace sni

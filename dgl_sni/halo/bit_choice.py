@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from .. import _ops
+from . import grad_shard
 from .quantize import _dither_for, packed_width
 
 ADAPTIVE = 1  # a set pull's code: the owner's server encodes the rows at widths it chooses
@@ -119,9 +120,9 @@ def decode_mixed(block: torch.Tensor, n: int, d: int, counts: dict | None = None
 
 def mixed_accumulate_handler(data_store, name, local_offset, data):
     """DGL push handler (runs in the owner's server): decode a block of mixed-width gradient
-    rows and add them into the float64 shard (as :func:`~dgl_sni.halo.quantize.quantized_accumulate_handler`)."""
+    rows and add them into the pair shard, error-free (as
+    :func:`~dgl_sni.halo.quantize.quantized_accumulate_handler`)."""
     target = data_store[name]
-    if target.dtype != torch.float64 or not target.is_contiguous():
-        raise TypeError(f"mixed-width gradients add into a contiguous float64 shard; '{name}' is {target.dtype}")
+    grad_shard.check(target, name, "mixed-width gradients")
     _ops.accumulate_block_into(data.contiguous().numpy(), local_offset.to(torch.int64).contiguous().numpy(),
                                target.numpy())

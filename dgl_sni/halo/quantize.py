@@ -19,7 +19,7 @@ costs.
 Used by :class:`~dgl_sni.halo.exchange.KVHaloExchange` with ``--quantize BITS``: owners
 publish their rows encoded into a ``uint8`` DistTensor, pullers decode; halo gradients are
 pushed encoded and :func:`quantized_accumulate_handler` (in the owner's server) decodes them
-and adds them up in float64.
+and adds them up exactly (:mod:`~dgl_sni.halo.grad_shard`).
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .. import _ops
+from . import grad_shard
 
 BITS = (2, 4, 8)
 HEADER = 8  # float32 offset and scale
@@ -117,15 +118,10 @@ def bits_of(width: int, dim: int) -> int:
 
 def quantized_accumulate_handler(data_store, name, local_offset, data):
     """DGL push handler (runs in the owner's server): decode pushed rows and add them into the
-    shard in float64. A decoded value has up to about 32 significant bits, so with three or
-    more contributions to a row (four workers and more) the double sum can still depend on
-    the order pushes arrive in, in its last bit, and now and then that reaches the float32
-    gradient: measured, a repeated 4-worker 8-bit run first differed at epoch 84 of 100, by
-    3e-8 in the loss. Float32 rows (no quantization) carry 24 bits, so their double sums are
-    exact unless a row's contributions differ in magnitude by more than about 2^29."""
+    pair shard (:mod:`~dgl_sni.halo.grad_shard`), error-free: a decoded value has up to about
+    32 significant bits, and three or more of them summed in plain float64 would depend, in
+    the last bit, on the order the pushes arrive in."""
     target = data_store[name]
-    dim = target.shape[1]
-    if target.dtype != torch.float64 or not target.is_contiguous():
-        raise TypeError(f"quantized gradients add into a contiguous float64 shard; '{name}' is {target.dtype}")
+    dim = grad_shard.check(target, name, "quantized gradients")
     _ops.accumulate_rows_into(data.contiguous().numpy(), local_offset.to(torch.int64).contiguous().numpy(),
                               target.numpy(), bits_of(data.shape[1], dim))

@@ -2,10 +2,8 @@
 
 For every hidden layer ``l`` a job has two ``DistTensor`` objects sharded like the
 graph's nodes: ``<name>_h{l}`` (embeddings) and ``<name>_g{l}`` (gradients, with a push
-handler that accumulates, in float64 so that the sum of several workers' contributions
-to a row does not depend on their order of arrival while they lie within 2^29 of each
-other; beyond, it rarely does in the last bit: see the measurement log's entry on exact runs
-trained twice). A pipelined job (rows and gradients
+handler that adds several workers' contributions to a row exactly, whatever their order of
+arrival: :mod:`~dgl_sni.halo.grad_shard`). A pipelined job (rows and gradients
 one step old, on the wire while the trainer computes) has a second set, ``<name>_p*``:
 steps alternate between the two, so a step's writes never meet the previous step's
 reads still in flight.
@@ -20,22 +18,9 @@ from dgl.distributed.kvstore import get_kvstore
 
 from patches.kvstore_lazy_init import lazy_zeros
 
-from .. import _ops
+from . import grad_shard
 from .bit_choice import mixed_accumulate_handler
 from .quantize import packed_width, quantized_accumulate_handler
-
-
-def accumulate_push_handler(data_store, name, local_offset, data):
-    """DGL push handler: add pushed rows instead of overwriting them (runs in the server).
-    Float32 rows into a float64 shard (the halo gradients) take the compiled loop
-    (csrc/row_accumulate.hpp: the same sums as ``index_add_``, without its sort of the offsets)."""
-    target = data_store[name]
-    if (data.dtype == torch.float32 and target.dtype == torch.float64 and data.dim() == 2
-            and target.dim() == 2 and target.is_contiguous()):
-        _ops.accumulate_float_rows_into(data.contiguous().numpy(), local_offset.to(torch.int64).contiguous().numpy(),
-                                        target.numpy())
-        return
-    target.index_add_(0, local_offset, data.to(target.dtype))
 
 
 class LayerTensors:
@@ -97,11 +82,11 @@ class LayerTensors:
                 kv.register_pull_handler(emb[layer].kvstore_key, TierPullHandler(tier_root, layer_tag(layer), dim))
             if not grad:
                 continue
-            # float64 on the owner: a row's contributions from several workers arrive in any
-            # order, and summed in float32 their sum would depend on it (in float64 it does
-            # only where their magnitudes lie more than 2^29 apart)
-            grads[layer] = DistTensor((n, dim), torch.float64, name=f"{name}_g{layer}", part_policy=policy)
+            # (sum, error) pairs on the owner: a row's contributions from several workers
+            # arrive in any order, and their total must not depend on it
+            grads[layer] = DistTensor(grad_shard.shape(n, dim), torch.float64, name=f"{name}_g{layer}",
+                                      part_policy=policy)
             handler = mixed_accumulate_handler if self.adaptive else \
-                quantized_accumulate_handler if quantize else accumulate_push_handler
+                quantized_accumulate_handler if quantize else grad_shard.accumulate_push_handler
             kv.register_push_handler(grads[layer].kvstore_key, handler)
         return emb, grads

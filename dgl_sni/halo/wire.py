@@ -28,6 +28,7 @@ from dgl.distributed import DistTensor
 from storage_tier.protocols import Owned
 
 from ..metrics import Counters
+from . import grad_shard
 from .bit_choice import ADAPTIVE, choose_bits, decode_mixed, encode_mixed
 from .id_sets import HaloIdSet, PendingPull, SetSample
 from .quantize import decode, encode, row_seed
@@ -304,10 +305,10 @@ class HaloWire:
     def take_received(self, grad_tensor: DistTensor) -> torch.Tensor:
         shard = grad_tensor.local_partition
         if self._owned_local is None:
-            received = shard[: self.num_owned].to(torch.float32)
+            received = grad_shard.totals(shard[: self.num_owned])
             shard[: self.num_owned] = 0
         else:
-            received = shard[self._owned_local].to(torch.float32)
+            received = grad_shard.totals(shard[self._owned_local])
             shard[self._owned_local] = 0
         return received
 

@@ -73,12 +73,13 @@ def test_the_owner_adds_a_pushed_block_in_float64_at_its_offsets():
     x = torch.randn(6, 16, generator=_gen(5))
     bits = np.array([8, 2, 4, 4, 8, 2], dtype=np.uint8)
     block = encode_mixed(x, bits, _gen(6))
-    store = {"g": torch.zeros(10, 16, dtype=torch.float64)}
+    store = {"g": torch.zeros(10, 2, 16, dtype=torch.float64)}
     offsets = torch.tensor([9, 0, 3, 3, 7, 1])
     mixed_accumulate_handler(store, "g", offsets, block)
     expect = torch.zeros(10, 16, dtype=torch.float64)
     expect.index_add_(0, offsets, decode_mixed(block, 6, 16).double())
-    assert torch.allclose(store["g"], expect, rtol=0, atol=1e-6)  # (float32 decodes against float64 sums)
+    total = store["g"][:, 0] + store["g"][:, 1]
+    assert torch.allclose(total, expect, rtol=0, atol=1e-6)  # (float32 decodes against float64 sums)
     assert store["g"][[2, 4, 5, 6, 8]].abs().sum() == 0
 
 
@@ -94,10 +95,12 @@ def test_bad_blocks_and_widths_are_refused_by_name():
     with pytest.raises(ValueError, match="does not hold 4 rows of 16 values at the widths it names"):
         decode_mixed(bad, 4, 16)
     with pytest.raises(IndexError, match=r"offsets must lie in \[0, 4\)"):
-        mixed_accumulate_handler({"g": torch.zeros(4, 16, dtype=torch.float64)}, "g", torch.tensor([0, 1, 2, 4]),
+        mixed_accumulate_handler({"g": torch.zeros(4, 2, 16, dtype=torch.float64)}, "g", torch.tensor([0, 1, 2, 4]),
                                  block)
-    with pytest.raises(TypeError, match="contiguous float64 shard"):
-        mixed_accumulate_handler({"g": torch.zeros(4, 16)}, "g", torch.arange(4), block)
+    with pytest.raises(TypeError, match="contiguous float64 shard of"):
+        mixed_accumulate_handler({"g": torch.zeros(4, 2, 16)}, "g", torch.arange(4), block)
+    with pytest.raises(TypeError, match=r"'g' is torch.float64 of shape \(4, 16\)"):
+        mixed_accumulate_handler({"g": torch.zeros(4, 16, dtype=torch.float64)}, "g", torch.arange(4), block)
 
 
 def test_an_owners_server_answers_a_chosen_width_pull_as_the_reader_decodes_it(server):  # noqa: F811

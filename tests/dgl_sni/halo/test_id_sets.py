@@ -5,7 +5,7 @@ from dgl.distributed import rpc
 from dgl.distributed.kvstore import PullRequest
 
 from dgl_sni.halo import id_sets
-from dgl_sni.halo.tensors import accumulate_push_handler
+from dgl_sni.halo.grad_shard import accumulate_push_handler
 
 
 class _Policy:
@@ -22,7 +22,7 @@ class _KV:
     def __init__(self):
         self.part_policy = {"h1": _Policy("node~_N", 100), "g1": _Policy("node~_N", 100),
                             "e1": _Policy("edge~_E", 100)}
-        self.data_store = {"h1": torch.arange(30.0).reshape(10, 3), "g1": torch.zeros(10, 3, dtype=torch.float64),
+        self.data_store = {"h1": torch.arange(30.0).reshape(10, 3), "g1": torch.zeros(10, 2, 3, dtype=torch.float64),
                            "e1": torch.zeros(10, 3)}
         self.pull_handlers = {"h1": lambda store, name, local: store[name][local]}
         self.push_handlers = {"g1": accumulate_push_handler}
@@ -62,7 +62,7 @@ def test_a_registered_set_pulls_and_accumulates_its_rows_in_registered_order(ser
     assert id_sets.PushSetRequest("g1", 3, "halo", grad).process_request(server) is None  # no answer
     expect = torch.zeros(10, 3, dtype=torch.float64)
     expect[7], expect[1] = 2.0, 1.0  # a member listed twice gets both rows
-    assert torch.equal(server.kv_store.data_store["g1"], expect)
+    assert torch.equal(server.kv_store.data_store["g1"][:, 0], expect)
     assert isinstance(id_sets.FlushSetRequest().process_request(server), id_sets.SetAck)
 
 
@@ -157,7 +157,7 @@ def test_gradients_are_awaited_until_every_registered_set_pushed_that_many_round
     _request(server, id_sets.PushSetRequest("g1", 2, "halo", torch.ones(1, 3)), 9)
     (rank, group, seq, answer), = sent
     assert (rank, seq) == (0, 7) and isinstance(answer, id_sets.SetAck)
-    assert float(kv.data_store["g1"][2, 0]) == 2.0  # both pushes were applied before the answer
+    assert float(kv.data_store["g1"][2, 0, 0]) == 2.0  # both pushes were applied before the answer
     assert isinstance(_request(server, id_sets.AwaitPushesRequest("g1", "halo", 1, rank=0), 10), id_sets.SetAck)
     assert _request(server, id_sets.AwaitPushesRequest("g1", "halo", 2, rank=0), 11) is None  # round 2: held
 
@@ -185,7 +185,7 @@ def test_a_sampled_pull_and_push_move_the_members_the_seed_draws_and_no_others(s
     id_sets.PushSetRequest("g1", 2, "halo", grad, share=share, draw=draw).process_request(server)
     expect = torch.zeros(10, 3, dtype=torch.float64)
     expect[members[picked] - 100] = grad.double()
-    assert torch.equal(kv.data_store["g1"], expect)  # the sampled members got their rows, no other row moved
+    assert torch.equal(kv.data_store["g1"][:, 0], expect)  # the sampled members got their rows, no other row moved
     with pytest.raises(ValueError, match=f"has {len(members)} rows for {len(picked)} members"):
         id_sets.PushSetRequest("g1", 2, "halo", torch.ones(len(members), 3), share=share, draw=draw
                                ).process_request(server)
