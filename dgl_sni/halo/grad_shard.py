@@ -3,7 +3,8 @@
 Every worker that reads a row of another's pushes that row's gradient to the owner, where
 the contributions arrive in whatever order the network gives. Each is added with an
 error-free sum (``csrc/row_accumulate.hpp``): the element keeps the rounded float64 sum and,
-beside it, the rounding errors, so sum + error is the exact total of the contributions and
+beside it, the rounding errors, so sum + error is the total of the contributions to far
+below a float32 unit (the errors' own sum rounds, at a part in 2^53 of them) and
 :func:`totals` reads the same float32 row whatever their order. (A plain float64 sum is
 order-free only while a row's float32 contributions lie within about 2^29 of each other;
 beyond, exact runs trained twice on 4 machines differed in the loss's last digits after

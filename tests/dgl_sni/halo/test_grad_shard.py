@@ -105,3 +105,19 @@ def test_the_compiled_accumulate_names_a_bad_input():
     with pytest.raises(ValueError, match=r"a shard of \(sum, error\) pairs, \[rows, 2, d\], got shape \(5, 16\)"):
         _ops.accumulate_float_rows_into(np.zeros((1, 16), np.float32), np.array([1]), np.zeros((5, 16)))
     assert not target.any()  # nothing was added before the refusals
+
+
+@pytest.mark.parametrize("owned_local", [None, torch.tensor([3, 0])])
+def test_the_wire_reads_the_totals_of_its_owned_rows_and_zeroes_them(owned_local):
+    from types import SimpleNamespace
+
+    from dgl_sni.halo.wire import HaloWire
+    pushes = _pushes(3)
+    shard = _apply(grad_shard.accumulate_push_handler, pushes, (0, 2, 1, 3))  # a large sum first: it rounds
+    expect = grad_shard.totals(shard[:2] if owned_local is None else shard[owned_local])
+    assert not torch.equal(expect, shard[:2, 0].to(torch.float32))  # the errors matter for these rows
+    wire = SimpleNamespace(_owned_local=owned_local, num_owned=2)
+    received = HaloWire.take_received(wire, SimpleNamespace(local_partition=shard))
+    assert torch.equal(received, expect)
+    taken = slice(0, 2) if owned_local is None else owned_local
+    assert not shard[taken].any() and shard[4:].any()  # the read rows are zeroed for the next step, no others
