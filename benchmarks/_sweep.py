@@ -33,7 +33,7 @@ def _wanted(run: dict, dataset_args: list, workers: int, base_args=()) -> dict:
 # Settings added after runs kept here (result folders, the committed record) were trained, each
 # with a default that does what those runs did: a kept run that does not name one matches a run
 # that wants its default.
-ADDED = {"bit_choice": "fixed", "average_trend": "none"}
+ADDED = {"bit_choice": "fixed", "average_trend": "none", "stale_trend": "0.0"}
 
 
 def matches(stored: dict, wanted: dict) -> bool:

@@ -146,7 +146,10 @@ class FullGraphGNN(nn.Module, TrainableModel):
         travel, then their dropped sum; ``SUM``, the undropped sum of the halo rows (of the input
         features for layer 0: they never change, only their dropout would), as a stale step
         takes them (:mod:`dgl_sni.halo.sums`). Dropout is applied to each layer's input rows
-        (and to GAT's attention), keyed by node (edge) and by ``(seed, step, layer)``."""
+        (and to GAT's attention), keyed by node (edge) and by ``(seed, step, layer)``. Without
+        input dropout a GCN or SAGE input layer, whole or summed, is one projection of the
+        features' aggregation, computed once (:meth:`_input_aggregate`): its halo rows are
+        features, which no step changes."""
         summed_input = halo.form(0) is Form.SUM
         h = split.x_own if summed_input else x_src
         for i, layer in enumerate(self.layers):
@@ -155,12 +158,14 @@ class FullGraphGNN(nn.Module, TrainableModel):
             if form is not Form.ROWS and not isinstance(layer, HaloLinear):
                 raise RuntimeError(f"layer {i} ({type(layer).__name__}) takes whole halo rows, as it declares "
                                    f"(halo_takes), but the step's plan gives it form {form.value}")
-            if form is Form.SUM:
+            if i == 0 and drop is None and isinstance(layer, HaloLinear):
+                # fixed input rows, halo rows included: taken whole or summed, the layer is one
+                # projection of their aggregation, computed once
+                h = layer.forward_aggregated(block, x_src, self._input_aggregate(layer, block, x_src), act)
+            elif form is Form.SUM:
                 h = self._summed(layer, i, h, split, halo, drop, act)
             elif form is Form.APART:
                 h = self._rows_apart(layer, i, h, split, halo, drop, act)
-            elif i == 0 and drop is None and isinstance(layer, HaloLinear):
-                h = layer.forward_aggregated(block, h, self._input_aggregate(layer, block, h), act)
             else:
                 if i > 0:
                     h = halo(i, h)

@@ -52,6 +52,7 @@ class Context:
     model: str = "gcn"  # a built-in model, or "custom" (a model file)
     storage_tier: bool = False
     switch: bool = False  # the stock-script switch (a DistDGL script of the user's own)
+    dropout: float = 0.5  # the model's (a stock script's is not known: never 0 here)
 
     def is_(self, name: str, values: dict) -> bool:
         """Whether this run is in the context ``name`` of a :class:`Rule` (``values``: its settings so far)."""
@@ -59,6 +60,9 @@ class Context:
             return not self.switch and self.model == name[len("model="):]
         if name == "pipelined":
             return values.get("sync_policy") == "pipeline"
+        if name == "no_dropout":  # stale epochs whose layers take kept sums, of a model without dropout
+            return not self.switch and self.dropout == 0 and values.get("sync_interval", 1) > 1 \
+                and values.get("stale_halo") == "summed" and values.get("sync_policy") != "pipeline"
         return bool(getattr(self, name))
 
 
@@ -125,7 +129,13 @@ MODEL_RULES = (
          "its stale runs did not reach the exact run's accuracy: fast trains it as exact",
          evidence="MEASUREMENTS 2026-12-05, 13484f2; profile 2026-12-06"),
 )
-RULES = RULES + MODEL_RULES
+# without dropout (checked after the rows above have set the interval and the stale halo form)
+DROPOUT_RULES = (
+    Rule("no_dropout", "stale_trend", 1.0, "without dropout the stale rows repeat their errors in one direction; "
+         "the kept halo sums continued along their change between syncs took back most of the epochs they cost",
+         evidence="MEASUREMENTS 2026-12-07, kept sums continued along their trend"),
+)
+RULES = RULES + MODEL_RULES + DROPOUT_RULES
 RULE_CONTEXTS = tuple(dict.fromkeys(r.context for r in RULES))
 
 

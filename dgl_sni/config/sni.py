@@ -172,6 +172,14 @@ class SNIConfig:
                                 choices=AVERAGE_TREND, sweep=True,
                                 needs=("averages over steps (--row-average or --grad-average)",
                                        lambda c: c.row_average > 0 or c.grad_average > 0))
+    stale_trend: float = option(0.0, "stale steps that reuse the halo sums kept at the last sync (--stale-halo "
+                                     "summed) take them continued along their change between the last two syncs "
+                                     "after the warm-up: S + T * k * (S - S_prev) / d, k steps after the sync, d "
+                                     "steps between the syncs (T = 1: the linear trend of every halo row, at the "
+                                     "cost of one pass over the sums); 0: the kept sums",
+                                sweep=True, needs=("stale epochs that sum their halo rows (--sync-interval above 1, "
+                                                   "--stale-halo summed)",
+                                                   lambda c: c.sync_interval > 1 and c.stale_halo == "summed"))
     stale_truth: str = option("none", "measurement: stale epochs take the owners' true halo rows (rows), push and "
                                       "receive the true halo gradients (grads) or both, instead of the served "
                                       "ones (rows@L, grads@L, both@L: layer L only); pulled and pushed as on a "
@@ -248,6 +256,7 @@ class SNIConfig:
             (0 <= self.halo_sample <= 1, f"--halo-sample must lie in [0, 1], got {self.halo_sample}"),
             (0 <= self.row_average < 1, f"--row-average must lie in [0, 1), got {self.row_average}"),
             (0 <= self.grad_average < 1, f"--grad-average must lie in [0, 1), got {self.grad_average}"),
+            (0 <= self.stale_trend <= 1, f"--stale-trend must lie in [0, 1], got {self.stale_trend}"),
             (self.average_trend in AVERAGE_TREND,
              f"--average-trend must be one of {', '.join(AVERAGE_TREND)}, got {self.average_trend!r}"),
             (self.stale_halo in STALE_HALO,

@@ -135,7 +135,8 @@ class TrainConfig:
             grouped.setdefault(_OWNER[key], {})[key] = value
         parts = {name: replace(part, **grouped.get(name, {})) for name, part in cls().parts().items()
                  if name != "sni"}
-        context = Context(model=parts["model"].arch, storage_tier=bool(parts["tier"].storage_tier))
+        context = Context(model=parts["model"].arch, storage_tier=bool(parts["tier"].storage_tier),
+                          dropout=parts["model"].dropout)
         parts["sni"] = SNIConfig.expanded(grouped.get("sni", {}), context)
         return cls(**parts, given=frozenset(values))
 

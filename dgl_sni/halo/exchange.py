@@ -69,6 +69,7 @@ class KVHaloExchange:
         self._row_avg, self._grad_avg = {}, {}  # layer (and (layer, "trend")) -> averages over steps
         self._ran = {}  # (mode, layer) -> {form: training steps that took the layer's rows so}
         self._averaged_layers = {"rows": set(), "grads": set()}  # layers whose published averages ran
+        self._trended_layers = set()  # layers whose stale steps took their kept sums continued (--stale-trend)
         self._bits, self._smoothing = set(), set()  # what the training steps' plans moved rows with
 
     def owned_local_offsets(self) -> np.ndarray:
@@ -146,7 +147,8 @@ class KVHaloExchange:
         """What the training steps did, for the metrics' ``in_effect``: per mode (``sync``,
         ``stale``, ``pipelined``), per layer (0: the input layer, whose halo rows are features),
         the forms its halo rows were taken in and on how many steps; the layers whose
-        published rows and pushed gradients were averages; the bits rows moved with
+        published rows and pushed gradients were averages, and whose kept sums stale steps took
+        continued along their trend (``trended_sums``, ``--stale-trend``); the bits rows moved with
         (``quantize``), how their widths were chosen (``bit_choice``; ``adaptive``: with the
         rows this trainer received at each width, ``pulled_bits``) and the smoothing of the
         served rows (``smooth``)."""
@@ -157,7 +159,7 @@ class KVHaloExchange:
         widths = dict(bit_choice="adaptive", pulled_bits={str(b): n for b, n in sorted(self.wire.widths.items())}) \
             if quantize and self.wire.adaptive else dict(bit_choice="fixed")
         return dict(halo_forms=forms, averaged_rows=sorted(self._averaged_layers["rows"]),
-                    averaged_grads=sorted(self._averaged_layers["grads"]),
+                    averaged_grads=sorted(self._averaged_layers["grads"]), trended_sums=sorted(self._trended_layers),
                     quantize=quantize, smooth=max(self._smoothing, default=0.0), **widths)
 
     def _record(self, layer: int, form: Form) -> None:
@@ -258,6 +260,8 @@ class KVHaloExchange:
                 raise ValueError("a step that sums halo rows takes them undropped")
             if lp.source is Source.KEPT_SUM:
                 self._record(layer, lp.form)
+                if lp.trended and self.plan.training:
+                    self._trended_layers.add(layer)
                 if not sums.scaled_by(layer, scale):
                     raise RuntimeError(f"layer {layer}'s kept halo sum was scaled otherwise")
                 return lp.kept

@@ -117,7 +117,8 @@ class LayerPlan:
     ``trend_rows`` / ``trend_grads``: what is published is ``2 E - EMA(E)`` of that average
     ``E`` (``--average-trend``), which follows a steady change without ``E``'s lag;
     with ``send_averages`` False (a warm-up step) the average is updated but the step's own rows
-    and gradients are sent, so warm-up epochs are exact. ``keep_grad``: the gradient the others
+    and gradients are sent, so warm-up epochs are exact. ``trended``: ``kept`` is the kept sum
+    continued along its change between the last two syncs (``--stale-trend``). ``keep_grad``: the gradient the others
     push for the owned rows is kept, smoothed over syncs, for the stale steps whose ``grad`` is
     ``LAST``. ``keep_previous``: a pipelined
     run's exact training step: its rows and received gradient are what the next,
@@ -137,6 +138,7 @@ class LayerPlan:
     trend_grads: bool = False
     send_averages: bool = True
     kept: torch.Tensor | None = None
+    trended: bool = False
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ class HaloPlanner:
         self._last_training_step = None
         self._predictor_s, self._agent_calls = 0.0, -1  # the agent's counters at the last stats (-1: never)
         self.plan_now: StepPlan | None = None
+        self._step_now = 0  # the step of the plan being made
 
     # ------------------------------------------------------------------ the plan
     def plan(self, step: int, training: bool) -> StepPlan:
@@ -245,7 +248,7 @@ class HaloPlanner:
         so it computes while the trainer does."""
         self.settle()
         mode = self._mode(step, training)
-        stale = mode == "stale"
+        stale, self._step_now = mode == "stale", step
         sums = self.sum_stale and training
         layers = {}
         for layer, resolver in self.resolvers.items():
@@ -256,7 +259,7 @@ class HaloPlanner:
             elif not stale and training and self.cfg is not None and self.cfg.prefetch:
                 resolver.prefetch_preview(step, own_rows=True)
             warm = self.cfg is None or step >= self.cfg.warmup  # a warm-up step sends its own rows
-            layers[layer] = self._layer(layer, mode, training, kept, warm=warm)
+            layers[layer] = self._layer(layer, mode, training, kept, warm=warm, trended=self._trended(layer, kept))
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
                         smoothing=self.pipeline_smoothing if mode == "pipelined" else self.smoothing,
                         input_sum=sums and self.takes[0].sum and (stale or self.sync_sums != "rows"),
@@ -279,7 +282,8 @@ class HaloPlanner:
             mode = "sync"  # an agent was gone at the last step's end: every trainer syncs until it is back
         return mode
 
-    def _layer(self, layer: int, mode: str, training: bool, kept: torch.Tensor | None, warm: bool = True) -> LayerPlan:
+    def _layer(self, layer: int, mode: str, training: bool, kept: torch.Tensor | None, warm: bool = True,
+               trended: bool = False) -> LayerPlan:
         cfg, stale = self.cfg, mode == "stale"
         true_rows, true_grads = cfg.truth(layer) if stale else (False, False)
         if mode == "pipelined":
@@ -317,7 +321,7 @@ class HaloPlanner:
                 and self.resolvers[layer].versions_stale_rows()
         averaging = training and cfg is not None and not self.tier_backed  # rows in memory, every step
         return LayerPlan(
-            source=source, form=form, grad=grad, kept=kept, keep_sum=keep_sum,
+            source=source, form=form, grad=grad, kept=kept, trended=trended, keep_sum=keep_sum,
             average_rows=cfg.row_average if averaging else 0.0,
             average_grads=cfg.grad_average if averaging else 0.0, send_averages=warm,
             trend_rows=averaging and cfg.average_trend in ("rows", "both"),
@@ -329,8 +333,16 @@ class HaloPlanner:
     def _kept_sum(self, layer: int) -> torch.Tensor | None:
         """A stale training step's kept sum of layer ``layer``'s served rows: the sum kept at
         the last sync, where the cache's rows are known without asking the agent and are
-        still those rows (``None``: the rows are needed)."""
-        return self.sums.current(layer, self.resolvers[layer].cache_version())
+        still those rows (``None``: the rows are needed); with ``--stale-trend``, continued
+        along its change between the last two syncs (:meth:`KeptSums.continued`)."""
+        version = self.resolvers[layer].cache_version()
+        if self.cfg.stale_trend:
+            return self.sums.continued(layer, version, self._step_now, self.cfg.stale_trend)
+        return self.sums.current(layer, version)
+
+    def _trended(self, layer: int, kept: torch.Tensor | None) -> bool:
+        """``kept`` (:meth:`_kept_sum`'s) is the kept sum continued along its trend."""
+        return kept is not None and kept is not self.sums.current(layer, self.resolvers[layer].cache_version())
 
     def _count(self, plan: StepPlan) -> None:
         """Count the rows the plan itself fixes: a kept sum's are the cache's (as the agent
@@ -362,7 +374,10 @@ class HaloPlanner:
         """``total`` is the undropped sum of ``resolved``'s rows (a step whose plan keeps
         it): keep it, or the kept sum it updates, for the stale steps."""
         self.counters.add("summed_rows", int(resolved.rows.shape[0]))
-        self.sums.keep(layer, resolved, scale, total)
+        plan, cfg = self.plan_now, self.cfg
+        trended = cfg is not None and cfg.stale_trend > 0 and plan.training and plan.mode == "sync" \
+            and plan.step >= cfg.warmup  # a sync after the warm-up: rows of a trend (--stale-trend)
+        self.sums.keep(layer, resolved, scale, total, step=plan.step if trended else None)
 
     def measure_grad(self, layer: int, used: torch.Tensor, true: torch.Tensor) -> None:
         """Staleness of a step's halo gradients (``--measure-staleness``): per owned row, the

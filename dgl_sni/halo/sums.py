@@ -144,6 +144,9 @@ class KeptSums:
 
     def __init__(self):
         self._kept = {}  # layer -> (version, scale, sum)
+        self._trend = {}  # layer -> (step, per-step change, the kept sum it continues) of the last trended keep
+        self._last = {}  # layer -> (step, scale, sum) of the last keep that may start a trend
+        self._out = {}  # layer -> the buffer a continued sum is written to
 
     def current(self, layer: int, version: int | None) -> torch.Tensor | None:
         """The kept sum of ``layer`` where it is of the rows of ``version`` (else ``None``)."""
@@ -168,8 +171,38 @@ class KeptSums:
             return None
         return kept[2]
 
-    def keep(self, layer: int, resolved, scale, total: torch.Tensor) -> None:
-        """``total`` was summed from ``resolved``'s rows: keep it, or the sum it updates."""
+    def continued(self, layer: int, version: int | None, step: int, share: float) -> torch.Tensor | None:
+        """:meth:`current`, continued to ``step`` along its change between the last two
+        trended keeps (:meth:`keep` with a ``step``): ``S + share * k * D``, ``k`` steps after
+        the sync that kept ``S``, ``D`` the change per step from the sum before it. Without
+        that history (the first sync of a trend, a sum since updated otherwise) the sum as
+        kept. A continued sum is written to one buffer per layer, which the next call
+        rewrites: a step reads it (forward, and a layer's backward of that step)."""
+        total = self.current(layer, version)
+        trend = self._trend.get(layer)
+        if total is None or not share or trend is None or trend[2] is not total or step <= trend[0]:
+            return total
+        out = self._out.get(layer)  # one buffer per layer, rewritten each step (a step only reads it)
+        if out is None or out.shape != total.shape:
+            out = self._out[layer] = torch.empty_like(total)
+        return torch.add(total, trend[1], alpha=share * (step - trend[0]), out=out)
+
+    def keep(self, layer: int, resolved, scale, total: torch.Tensor, step: int | None = None) -> None:
+        """``total`` was summed from ``resolved``'s rows: keep it, or the sum it updates.
+        With ``step`` (a training step whose sums may start a trend) the change per step since
+        the last such keep of the same scale is kept beside it, for :meth:`continued`."""
+        self._keep(layer, resolved, scale, total)
+        kept = self._kept.get(layer)
+        self._trend.pop(layer, None)
+        if step is None or kept is None:
+            self._last.pop(layer, None)
+            return
+        last = self._last.get(layer)
+        if last is not None and last[1] is scale and step > last[0]:
+            self._trend[layer] = (step, (kept[2] - last[2]) / (step - last[0]), kept[2])
+        self._last[layer] = (step, scale, kept[2])
+
+    def _keep(self, layer: int, resolved, scale, total: torch.Tensor) -> None:
         if resolved.version is not None:
             self._kept[layer] = (resolved.version, scale, total)
             return

@@ -66,3 +66,29 @@ def test_input_aggregate_equals_the_forward_and_is_kept(name, dropout, monkeypat
         with torch.no_grad():
             model(block, x, exchange)
         assert model._input_agg[2] is block and np.isfinite(doubled.numpy()).all()
+
+
+class _SummedInput(_Halo):
+    """A stale step's plan for the input layer: its halo rows (features) as their sum."""
+
+    def form(self, layer):
+        from dgl_sni.halo.rows import Form
+        return Form.SUM if layer == 0 else Form.ROWS
+
+
+@pytest.mark.parametrize("name", ["gcn", "sage"])
+def test_a_summed_input_layer_without_dropout_projects_the_kept_aggregate(name):
+    """Without dropout an input layer planned as a sum (a stale or an inputs-summing sync step)
+    is the same computation as the whole block's: the same bits, the aggregate kept."""
+    from dgl_sni.halo.sums import BlockSplit
+    block, x, n_own = _partition_block(name)
+    model = init_model(0, name, x.shape[1], 8, 4, 3, dropout=0.0)
+    whole, whole_grads = _run(model, block, x, _Halo(block.num_src - n_own))
+    kept = model._input_agg[1]
+    model.zero_grad(set_to_none=True)
+    out = model(block, x, _SummedInput(block.num_src - n_own), split=BlockSplit(block, x))
+    (out.square().sum() + out.sum()).backward()
+    assert torch.equal(out.detach(), whole)
+    for k, p in model.named_parameters():
+        assert torch.equal(p.grad, whole_grads[k]), k
+    assert model._input_agg[1] is kept

@@ -25,7 +25,7 @@ STOCK_SCRIPT_ONLY = {"tensors", "static", "feature_cache_bytes"}  # read from DG
 # null runs of the paired-seed studies; preset: the named presets)
 NEW_KEYS = {"sync_drift", "quantize", "stale_eval", "agent_timeout", "agent_dir", "resume", "sync_loss_gap", "smooth",
             "allocator", "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
-            "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice", "average_trend"}
+            "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice", "average_trend", "stale_trend"}
 # settings no non-default config below moves, and why
 KEPT = {"resume": "needs a folder holding a checkpoint, and excludes --sweep (the configs set one)"}
 COMMON = {"dataset", "workers", "bandwidth", "model", "model_file", "layers", "hidden", "dropout", "lr", "seed", "epochs",
@@ -56,7 +56,7 @@ def _non_default() -> list:
              host_cache_budget="4G", subparts=3, smooth=0.5, stale_halo="rows", sync_halo="rows"),
         dict(nodes=500, avg_degree=4.5, classes=3, feat_dim=7, data_seed=9, model="sage", predictor="linear-trend",
              window=6, beta=0.5, lam=0.05, sync_policy="drift", sync_drift=0.2, quantize=4, agent="doca",
-             doca_pci="0000:03:00.0", doca_name="sni-x", preset="fast", sync_halo="inputs"),
+             doca_pci="0000:03:00.0", doca_name="sni-x", preset="fast", sync_halo="inputs", stale_trend=0.5),
         dict(predictor="gated", transfer=False, sync_policy="guarded", sync_loss_gap=0.05, agent_dir="/a",
              sync_halo="summed", stale_truth="rows@2", row_average=0.5, grad_average=0.5, prefetch=False,
              quantize=8, bit_choice="adaptive", average_trend="rows"),
@@ -198,7 +198,7 @@ def test_sweep_changes_only_what_it_did(tmp_path):
                               "agent", "sync_drift", "quantize", "stale_eval", "sync_loss_gap", "smooth",
                               "stale_halo", "sync_halo", "dropout_stream", "preset", "stale_truth", "row_average",
                               "grad_average", "prefetch", "model_file", "halo_sample", "bit_choice",
-                              "average_trend"}
+                              "average_trend", "stale_trend"}
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps([{"predictor": "gated", "sync_interval": 3}, {"model": "sage"}]))
     base = TrainConfig.from_dict(dict(metrics=str(tmp_path / "out"), workers=3)).validate()
@@ -240,6 +240,16 @@ def test_the_fast_preset_is_the_stale_configuration_with_its_fallbacks():
     assert (tier.quantize, tier.stale_halo, tier.sync_interval, tier.smooth, tier.row_average) == (0, "rows", 2, 0.75, 0)
     pipe = parse("--preset", "fast", "--sync-policy", "pipeline")
     assert (pipe.quantize, pipe.smooth, pipe.grad_average) == (0, 0.0, 0)  # no agent, no stale epoch
+    # without dropout the kept sums go on along their trend, where stale epochs keep sums
+    assert parse("--preset", "fast").stale_trend == 0.0
+    assert parse("--preset", "fast", "--dropout", "0").stale_trend == 1.0
+    assert parse("--preset", "fast", "--dropout", "0", "--model", "sage").stale_trend == 1.0
+    assert parse("--preset", "fast", "--dropout", "0", "--stale-trend", "0.5").stale_trend == 0.5
+    assert parse("--preset", "fast", "--dropout", "0", "--stale-trend", "0").stale_trend == 0.0
+    for no_sums in (("--preset", "exact"), ("--preset", "fast", "--model", "gat"),
+                    ("--preset", "fast", "--storage-tier", "/t"), ("--preset", "fast", "--stale-halo", "rows"),
+                    ("--preset", "fast", "--sync-policy", "pipeline")):
+        assert parse(*no_sums, "--dropout", "0").stale_trend == 0.0, no_sums
     with pytest.raises(ValueError, match="row_average=0.9 cannot apply with storage tier: no rows averaged"):
         parse("--preset", "fast", "--storage-tier", "/t", "--row-average", "0.9")
     # a setting given wins over the preset, at any value
