@@ -93,13 +93,15 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--stale", action="store_true", help="profile a stale step (kept halo sums) instead of an "
                                                             "exact one")
+    p.add_argument("--dropout", type=float, default=0.5, help="the model's dropout (0: the input layer projects "
+                                                               "the features' kept aggregate)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (a trainer's share of this host)")
     p.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results", "profile-epoch.json"))
     ns = p.parse_args(argv)
     torch.set_num_threads(ns.threads)
     data = synthetic(num_nodes=ns.nodes, avg_degree=ns.avg_degree)
     cfg = ModelConfig(model=ns.model if not ns.model_file else "gcn", model_file=ns.model_file, layers=ns.layers,
-                      hidden=ns.hidden, heads=ns.heads, dropout=0.5)
+                      hidden=ns.hidden, heads=ns.heads, dropout=ns.dropout)
     arch = "custom" if ns.model_file else ns.model
     block, x, labels, train = partition_block(data, ns.parts, arch)
     model = build(cfg, x.shape[1], data.num_classes).train()
@@ -127,6 +129,7 @@ def main(argv=None) -> int:
     top = [dict(op=e.key, self_ms_per_step=e.self_cpu_time_total / 1000 / ns.steps,
                 share=e.self_cpu_time_total / total) for e in ops[:15]]
     result = dict(model=ns.model_file or ns.model, step="stale" if ns.stale else "exact", heads=ns.heads, layers=ns.layers, hidden=ns.hidden,
+                  dropout=ns.dropout,
                   nodes=ns.nodes, avg_degree=ns.avg_degree, parts=ns.parts, threads=ns.threads,
                   owned=block.num_dst, halo=block.num_src - block.num_dst, edges=block.num_edges,
                   step_ms_median=1000 * statistics.median(times), top_ops=top)

@@ -238,7 +238,6 @@ class HaloPlanner:
         self._last_training_step = None
         self._predictor_s, self._agent_calls = 0.0, -1  # the agent's counters at the last stats (-1: never)
         self.plan_now: StepPlan | None = None
-        self._step_now = 0  # the step of the plan being made
 
     # ------------------------------------------------------------------ the plan
     def plan(self, step: int, training: bool) -> StepPlan:
@@ -248,18 +247,18 @@ class HaloPlanner:
         so it computes while the trainer does."""
         self.settle()
         mode = self._mode(step, training)
-        stale, self._step_now = mode == "stale", step
+        stale = mode == "stale"
         sums = self.sum_stale and training
         layers = {}
         for layer, resolver in self.resolvers.items():
             summable = stale and sums and self.takes[layer].sum and not self.cfg.truth(layer)[0]
-            kept = self._kept_sum(layer) if summable else None
+            kept, trended = self._kept_sum(layer, step) if summable else (None, False)
             if stale and kept is None and not self.cfg.truth(layer)[0] and self.cfg.prefetch:
                 resolver.prefetch(step)  # the rows are needed: let the agent start on them
             elif not stale and training and self.cfg is not None and self.cfg.prefetch:
                 resolver.prefetch_preview(step, own_rows=True)
             warm = self.cfg is None or step >= self.cfg.warmup  # a warm-up step sends its own rows
-            layers[layer] = self._layer(layer, mode, training, kept, warm=warm, trended=self._trended(layer, kept))
+            layers[layer] = self._layer(layer, mode, training, kept, warm=warm, trended=trended)
         plan = StepPlan(step=step, training=training, mode=mode, bits=self.bits if training else 0,
                         smoothing=self.pipeline_smoothing if mode == "pipelined" else self.smoothing,
                         input_sum=sums and self.takes[0].sum and (stale or self.sync_sums != "rows"),
@@ -330,19 +329,18 @@ class HaloPlanner:
             keep_previous=self.pipeline_from is not None and training and mode == "sync",
             measure_grad=stale and training and cfg.measure_staleness and grad in (Grad.LAST, Grad.NONE))
 
-    def _kept_sum(self, layer: int) -> torch.Tensor | None:
-        """A stale training step's kept sum of layer ``layer``'s served rows: the sum kept at
-        the last sync, where the cache's rows are known without asking the agent and are
+    def _kept_sum(self, layer: int, step: int) -> tuple:
+        """Stale training step ``step``'s kept sum of layer ``layer``'s served rows: the sum kept
+        at the last sync, where the cache's rows are known without asking the agent and are
         still those rows (``None``: the rows are needed); with ``--stale-trend``, continued
-        along its change between the last two syncs (:meth:`KeptSums.continued`)."""
+        along its change between the last two syncs (:meth:`KeptSums.continued`). Returns
+        ``(sum, continued)``."""
         version = self.resolvers[layer].cache_version()
-        if self.cfg.stale_trend:
-            return self.sums.continued(layer, version, self._step_now, self.cfg.stale_trend)
-        return self.sums.current(layer, version)
-
-    def _trended(self, layer: int, kept: torch.Tensor | None) -> bool:
-        """``kept`` (:meth:`_kept_sum`'s) is the kept sum continued along its trend."""
-        return kept is not None and kept is not self.sums.current(layer, self.resolvers[layer].cache_version())
+        kept = self.sums.current(layer, version)
+        if kept is None or not self.cfg.stale_trend:
+            return kept, False
+        continued = self.sums.continued(layer, version, step, self.cfg.stale_trend)
+        return continued, continued is not kept
 
     def _count(self, plan: StepPlan) -> None:
         """Count the rows the plan itself fixes: a kept sum's are the cache's (as the agent
