@@ -236,6 +236,7 @@ class HaloPlanner:
         self.sums = KeptSums()
         self._agents_lost = False  # some trainer's agent was gone at the end of the last training step
         self._last_training_step = None
+        self._last_sync = None  # the last training sync step (the served rows' origin on the stale steps after it)
         self._predictor_s, self._agent_calls = 0.0, -1  # the agent's counters at the last stats (-1: never)
         self.plan_now: StepPlan | None = None
 
@@ -248,6 +249,8 @@ class HaloPlanner:
         self.settle()
         mode = self._mode(step, training)
         stale = mode == "stale"
+        if training and mode == "sync":
+            self._last_sync = step
         sums = self.sum_stale and training
         layers = {}
         for layer, resolver in self.resolvers.items():
@@ -373,9 +376,14 @@ class HaloPlanner:
         it): keep it, or the kept sum it updates, for the stale steps."""
         self.counters.add("summed_rows", int(resolved.rows.shape[0]))
         plan, cfg = self.plan_now, self.cfg
-        trended = cfg is not None and cfg.stale_trend > 0 and plan.training and plan.mode == "sync" \
-            and plan.step >= cfg.warmup  # a sync after the warm-up: rows of a trend (--stale-trend)
-        self.sums.keep(layer, resolved, scale, total, step=plan.step if trended else None)
+        # the rows of a trend (--stale-trend) are a training sync's after the warm-up: summed at
+        # the sync (a layer that splits its rows), or, by a layer that takes them whole at syncs,
+        # at the first stale step after it, from the cache's rows of that sync (a version)
+        origin = plan.step if plan.mode == "sync" else \
+            self._last_sync if plan.mode == "stale" and resolved.version is not None else None
+        trended = cfg is not None and cfg.stale_trend > 0 and plan.training and origin is not None \
+            and origin >= cfg.warmup
+        self.sums.keep(layer, resolved, scale, total, step=origin if trended else None)
 
     def measure_grad(self, layer: int, used: torch.Tensor, true: torch.Tensor) -> None:
         """Staleness of a step's halo gradients (``--measure-staleness``): per owned row, the

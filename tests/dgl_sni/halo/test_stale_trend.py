@@ -9,18 +9,20 @@ import pytest
 import torch
 
 from dgl_sni.config import SNIConfig, TrainConfig
+from dgl_sni.config.model import ModelConfig
 from dgl_sni.halo.exchange import KVHaloExchange
 from dgl_sni.halo.plan import HaloPlanner
 from dgl_sni.halo.resolver import Resolved
 from dgl_sni.halo.rows import Form
 from dgl_sni.halo.sums import BlockSplit, KeptSums
 from dgl_sni.metrics import Counters
+from dgl_sni.model_file import build
 from dgl_sni.models import init_model
 from dgl_sni.reference import whole_graph_view
 from dpu_agent.client import InlineAgentClient
 
 from tests.dgl_sni.halo.test_planned_forms import RecordingWire
-from tests.dgl_sni.test_block_model import partition_block
+from tests.dgl_sni.test_block_model import EXAMPLES, partition_block
 
 
 def _version(v):
@@ -51,12 +53,17 @@ def test_kept_sums_continue_along_the_change_between_the_last_two_trended_keeps(
     assert sums.continued(1, 5, 22, 1.0) is first
 
 
-def _run(data, stale_trend):
-    """Steps 0-7 of a 3-layer GCN over the real planner and exchange; the wire's halo rows at
-    step ``t`` are all ``t + layer``. Returns the modes, the halo sums the model took per
-    (step, layer), what each step's rows sum to, and what the exchange says ran."""
-    model = init_model(0, "gcn", data.feat_dim, 6, data.num_classes, 3, dropout=0.5)
-    whole = whole_graph_view(data, "gcn")
+def _run(data, stale_trend, name="GCN"):
+    """Steps 0-7 of a 3-layer model (the built-in GCN, or a model file by its example's name)
+    over the real planner and exchange; the wire's halo rows at step ``t`` are all ``t +
+    layer``. Returns the modes, the halo sums the model took per (step, layer), what each
+    step's rows sum to (with the GCN's scale), and what the exchange says ran."""
+    if name == "GCN":
+        model = init_model(0, "gcn", data.feat_dim, 6, data.num_classes, 3, dropout=0.5)
+    else:
+        model = build(ModelConfig(model_file=EXAMPLES[name], layers=3, hidden=6, dropout=0.5),
+                      data.feat_dim, data.num_classes)
+    whole = whole_graph_view(data, "gcn" if name == "GCN" else "custom")
     owned = np.arange(0, data.num_nodes, 3)
     block, halo_ids, order = partition_block(data, owned)
     x = whole.x_src[torch.from_numpy(order)]
@@ -106,6 +113,25 @@ def test_stale_steps_take_the_kept_sums_continued_and_steady_rows_are_summed_as_
             expect = truth[(5, layer)] + stale_trend * (truth[(step, layer)] - truth[(5, layer)])
             torch.testing.assert_close(taken[(step, layer)], expect, rtol=1e-5, atol=1e-5)
             assert torch.allclose(taken[(step, layer)], truth[(5, layer)]) == (stale_trend == 0)
+    assert ran["trended_sums"] == ([1, 2] if stale_trend else [])
+
+
+@pytest.mark.parametrize("name", ["gin", "gcn_layernorm"])
+@pytest.mark.parametrize("stale_trend", [1.0, 0.0])
+def test_dgl_layers_that_take_rows_at_syncs_continue_the_sum_of_the_first_stale_step(data, name, stale_trend):
+    # a DGL layer takes whole rows at syncs and their sum on stale steps: the first stale step
+    # after a sync sums the cache's rows of that sync, and that sum is the trend's
+    modes, taken, _, ran = _run(data, stale_trend, name)
+    assert modes == ["sync", "sync", "sync", "stale", "stale", "sync", "stale", "stale"]
+    for layer in (1, 2):
+        unit = taken[(3, layer)] / (2 + layer)  # the sum of rows of ones, as the layer scales it
+        assert unit.abs().sum() > 0
+        torch.testing.assert_close(taken[(4, layer)], taken[(3, layer)])  # one sync past the warm-up: as kept
+        torch.testing.assert_close(taken[(6, layer)], (5 + layer) * unit, rtol=1e-5, atol=1e-5)  # summed anew
+        # a step on, the sum goes on along the rows' change between the syncs at steps 2 and 5:
+        # two steps past the sync, with the whole trend the sum of step 7's own rows
+        expect = (5 + layer + 2 * stale_trend) * unit
+        torch.testing.assert_close(taken[(7, layer)], expect, rtol=1e-5, atol=1e-5)
     assert ran["trended_sums"] == ([1, 2] if stale_trend else [])
 
 
